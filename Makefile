@@ -1,0 +1,30 @@
+# Every target creates .venv from requirements.txt when it is missing or older than requirements.txt.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+CONFIG ?= configs/translation.py
+WORKDIR ?= runs/default
+# Tests run in parallel on all cores; PYTEST_ARGS adds to them (e.g. PYTEST_ARGS="-k attention").
+PYTEST_ARGS ?=
+
+.PHONY: setup train eval test clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	touch $@
+
+train: setup
+	$(PY) train.py --config=$(CONFIG) --workdir=$(WORKDIR)
+
+eval: setup
+	$(PY) eval.py --config=$(CONFIG) --workdir=$(WORKDIR)
+
+test: setup
+	$(PY) -m pytest -n auto $(PYTEST_ARGS)
+
+clean:
+	rm -rf runs .pytest_cache
