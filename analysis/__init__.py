@@ -1,0 +1,1 @@
+"""Attention-rank metrics, kernel-approximation error and plots."""

@@ -1,0 +1,96 @@
+"""PNG figures: attention heat maps of one example and mean singular-value spectra."""
+
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+MAX_LABELLED_TOKENS = 40
+PANEL_INCHES = 2.6
+
+
+def _save(fig, path: str) -> str:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _tick_labels(tokens: list[str], size: int, role: str, axis: str) -> list[str] | None:
+    if len(tokens) != size:
+        raise ValueError(f"{role}: {len(tokens)} {axis} tokens for a matrix dimension of {size}")
+    return tokens if size <= MAX_LABELLED_TOKENS else None
+
+
+def plot_attention_heatmaps(
+    weights: dict[str, np.ndarray],
+    query_tokens: dict[str, list[str]],
+    key_tokens: dict[str, list[str]],
+    path: str,
+) -> str:
+    """Grid of one example's attention: a row per (role, layer), a column per head.
+
+    weights[role] is [num_layers, num_heads, Lq, Lk], already unpadded; query_tokens[role] and
+    key_tokens[role] label the axes when there are at most MAX_LABELLED_TOKENS of them.
+    """
+    panels = [(role, layer) for role, w in weights.items() for layer in range(w.shape[0])]
+    num_cols = max(w.shape[1] for w in weights.values())
+    # One colour scale for every panel, so that heads and layers can be compared by eye.
+    vmax = max(float(np.max(w)) for w in weights.values())
+    fig, axes = plt.subplots(
+        len(panels),
+        num_cols,
+        figsize=(PANEL_INCHES * num_cols + 1, PANEL_INCHES * len(panels)),
+        squeeze=False,
+        layout="constrained",
+    )
+    for row, (role, layer) in enumerate(panels):
+        w = np.asarray(weights[role][layer])
+        y_labels = _tick_labels(query_tokens[role], w.shape[1], role, "query")
+        x_labels = _tick_labels(key_tokens[role], w.shape[2], role, "key")
+        for head in range(num_cols):
+            ax = axes[row, head]
+            if head >= w.shape[0]:
+                ax.axis("off")
+                continue
+            image = ax.imshow(w[head], cmap="viridis", vmin=0.0, vmax=vmax, aspect="auto")
+            ax.set_title(f"{role} L{layer} H{head}", fontsize=8)
+            _label_axis(ax.set_xticks, x_labels, w.shape[2], rotation=90)
+            _label_axis(ax.set_yticks, y_labels if head == 0 else None, w.shape[1])
+    fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
+    return _save(fig, path)
+
+
+def _label_axis(set_ticks, labels: list[str] | None, size: int, rotation: int = 0) -> None:
+    if labels is None:
+        set_ticks([])
+    else:
+        set_ticks(range(size), labels, fontsize=5, rotation=rotation)
+
+
+def plot_spectra(spectra: dict[str, np.ndarray], rank_bounds: dict[str, int | None], path: str) -> str:
+    """One panel per role with a line per layer: singular values divided by the largest, log scale.
+
+    spectra[role] is [num_layers, max_len] from analysis.rank.mean_spectrum; a dashed vertical line
+    marks rank_bounds[role] where it is not None.
+    """
+    fig, axes = plt.subplots(
+        1, len(spectra), figsize=(4.5 * len(spectra), 3.5), squeeze=False, layout="constrained"
+    )
+    for ax, (role, spectrum) in zip(axes[0], spectra.items()):
+        index = np.arange(1, spectrum.shape[1] + 1)
+        for layer, values in enumerate(spectrum):
+            # Exact zeros (padding beyond every matrix's length) have no place on a log axis.
+            ax.plot(index, np.where(values > 0, values, np.nan), label=f"layer {layer}")
+        bound = rank_bounds.get(role)
+        if bound is not None:
+            ax.axvline(bound, color="black", linestyle="--", linewidth=1, label=f"rank bound {bound}")
+        ax.set_yscale("log")
+        ax.set_title(role)
+        ax.set_xlabel("singular value index")
+        ax.set_ylabel(r"$\sigma_i / \sigma_1$")
+        ax.legend(fontsize=7)
+    return _save(fig, path)

@@ -1,0 +1,1 @@
+"""Data: generated SCAN and its TFDS builder, user files, vocabularies."""

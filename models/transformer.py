@@ -1,0 +1,168 @@
+"""Pre-LayerNorm Transformer encoder, decoder and encoder-decoder whose attention comes from the registry.
+
+Attention kinds are chosen per role: `encoder_self`, `decoder_self` (causal) and `cross`.
+"""
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from attention import MultiHeadAttention, masks
+
+ROLES = ("encoder_self", "decoder_self", "cross")
+CAUSAL_ROLES = ("decoder_self",)
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerSpec:
+    num_layers: int
+    d_model: int
+    num_heads: int
+    mlp_dim: int
+    dropout_rate: float
+    max_len: int  # longest sequence the position encoding covers
+    positions: str = "sinusoidal"  # or "learned"
+    tied_embeddings: bool = True
+    attention: dict = dataclasses.field(default_factory=lambda: dict.fromkeys(ROLES, "softmax"))
+    attention_options: dict = dataclasses.field(default_factory=dict)  # kind name -> its options
+
+
+def sinusoidal_positions(length: int, d_model: int) -> np.ndarray:
+    position = np.arange(length)[:, None]
+    frequency = np.exp(-np.log(10_000.0) * np.arange(0, d_model, 2) / d_model)
+    table = np.zeros((length, d_model), np.float32)
+    table[:, 0::2] = np.sin(position * frequency)
+    table[:, 1::2] = np.cos(position * frequency[: d_model // 2])
+    return table
+
+
+class Embedder(nnx.Module):
+    """Token embedding scaled by sqrt(d_model) plus positions; `attend` gives tied output logits."""
+
+    def __init__(self, vocab_size: int, spec: TransformerSpec, *, rngs: nnx.Rngs):
+        self.tokens = nnx.Embed(vocab_size, spec.d_model, rngs=rngs)
+        self.scale = spec.d_model**0.5
+        if spec.positions == "learned":
+            self.learned_positions = nnx.Embed(spec.max_len, spec.d_model, rngs=rngs)
+        elif spec.positions == "sinusoidal":
+            self.learned_positions = None
+            self.sinusoids = sinusoidal_positions(spec.max_len, spec.d_model)
+        else:
+            raise ValueError(f"model.positions={spec.positions!r}; choose 'sinusoidal' or 'learned'")
+        self.dropout = nnx.Dropout(spec.dropout_rate, rngs=rngs)
+
+    def __call__(self, tokens):
+        length = tokens.shape[1]
+        if self.learned_positions is not None:
+            positions = self.learned_positions(jnp.arange(length))
+        else:
+            positions = jnp.asarray(self.sinusoids[:length])
+        return self.dropout(self.tokens(tokens) * self.scale + positions)
+
+    def attend(self, x):
+        return self.tokens.attend(x)
+
+
+class FeedForward(nnx.Module):
+    def __init__(self, spec: TransformerSpec, *, rngs: nnx.Rngs):
+        self.hidden = nnx.Linear(spec.d_model, spec.mlp_dim, rngs=rngs)
+        self.output = nnx.Linear(spec.mlp_dim, spec.d_model, rngs=rngs)
+        self.dropout = nnx.Dropout(spec.dropout_rate, rngs=rngs)
+
+    def __call__(self, x):
+        return self.output(self.dropout(jax.nn.gelu(self.hidden(x))))
+
+
+class Residual(nnx.Module):
+    """x + dropout(sublayer(LayerNorm(x))): the pre-LN residual branch."""
+
+    def __init__(self, spec: TransformerSpec, *, rngs: nnx.Rngs):
+        self.norm = nnx.LayerNorm(spec.d_model, rngs=rngs)
+        self.dropout = nnx.Dropout(spec.dropout_rate, rngs=rngs)
+
+    def __call__(self, x, sublayer):
+        return x + self.dropout(sublayer(self.norm(x)))
+
+
+def _attention(spec: TransformerSpec, role: str, rngs: nnx.Rngs) -> MultiHeadAttention:
+    kind = spec.attention[role]
+    return MultiHeadAttention(kind, d_model=spec.d_model, num_heads=spec.num_heads, rngs=rngs,
+                              kind_options=spec.attention_options.get(kind, {}))
+
+
+class EncoderBlock(nnx.Module):
+    def __init__(self, spec: TransformerSpec, *, rngs: nnx.Rngs):
+        self.self_attention = _attention(spec, "encoder_self", rngs)
+        self.feed_forward = FeedForward(spec, rngs=rngs)
+        self.attention_branch = Residual(spec, rngs=rngs)
+        self.feed_forward_branch = Residual(spec, rngs=rngs)
+
+    def __call__(self, x, mask):
+        x = self.attention_branch(x, lambda h: self.self_attention(h, h, mask))
+        return self.feed_forward_branch(x, self.feed_forward)
+
+
+class DecoderBlock(nnx.Module):
+    def __init__(self, spec: TransformerSpec, *, rngs: nnx.Rngs):
+        self.self_attention = _attention(spec, "decoder_self", rngs)
+        self.cross_attention = _attention(spec, "cross", rngs)
+        self.feed_forward = FeedForward(spec, rngs=rngs)
+        self.self_branch = Residual(spec, rngs=rngs)
+        self.cross_branch = Residual(spec, rngs=rngs)
+        self.feed_forward_branch = Residual(spec, rngs=rngs)
+
+    def __call__(self, x, encoded, self_mask, cross_mask):
+        x = self.self_branch(x, lambda h: self.self_attention(h, h, self_mask, causal=True))
+        x = self.cross_branch(x, lambda h: self.cross_attention(h, encoded, cross_mask))
+        return self.feed_forward_branch(x, self.feed_forward)
+
+
+class Encoder(nnx.Module):
+    def __init__(self, vocab_size: int, spec: TransformerSpec, *, rngs: nnx.Rngs):
+        self.embedder = Embedder(vocab_size, spec, rngs=rngs)
+        self.blocks = nnx.List([EncoderBlock(spec, rngs=rngs) for _ in range(spec.num_layers)])
+        self.norm = nnx.LayerNorm(spec.d_model, rngs=rngs)
+
+    def __call__(self, tokens, mask):
+        x = self.embedder(tokens)
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.norm(x)
+
+
+class EncoderDecoder(nnx.Module):
+    """Source tokens [B, Ls] and decoder input [B, Lt] (bos-shifted target) -> logits [B, Lt, V]."""
+
+    def __init__(self, source_vocab_size: int, target_vocab_size: int, spec: TransformerSpec, *,
+                 rngs: nnx.Rngs, pad_id: int = 0):
+        self.pad_id = pad_id
+        self.encoder = Encoder(source_vocab_size, spec, rngs=rngs)
+        self.target_embedder = Embedder(target_vocab_size, spec, rngs=rngs)
+        self.decoder_blocks = nnx.List([DecoderBlock(spec, rngs=rngs) for _ in range(spec.num_layers)])
+        self.decoder_norm = nnx.LayerNorm(spec.d_model, rngs=rngs)
+        self.logits = None if spec.tied_embeddings else nnx.Linear(spec.d_model, target_vocab_size, rngs=rngs)
+
+    def encode(self, source):
+        return self.encoder(source, masks.padding_mask(source, self.pad_id))
+
+    def decode(self, encoded, source, decoder_input):
+        x = self.target_embedder(decoder_input)
+        self_mask = masks.padding_mask(decoder_input, self.pad_id)
+        cross_mask = masks.padding_mask(source, self.pad_id)
+        for block in self.decoder_blocks:
+            x = block(x, encoded, self_mask, cross_mask)
+        x = self.decoder_norm(x)
+        return self.target_embedder.attend(x) if self.logits is None else self.logits(x)
+
+    def __call__(self, source, decoder_input):
+        return self.decode(self.encode(source), source, decoder_input)
+
+    def attention_layers(self) -> dict[str, list[MultiHeadAttention]]:
+        """Every attention layer by role, in layer order (for weight capture and rank bounds)."""
+        return {
+            "encoder_self": [block.self_attention for block in self.encoder.blocks],
+            "decoder_self": [block.self_attention for block in self.decoder_blocks],
+            "cross": [block.cross_attention for block in self.decoder_blocks],
+        }

@@ -1,0 +1,175 @@
+import math
+
+import numpy as np
+import pytest
+
+from analysis import plots, rank
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(0)
+
+
+def test_numerical_rank_of_random_square_matrix_is_full(rng):
+    assert rank.rank_metrics(rng.normal(size=(50, 50)))["numerical_rank"] == 50
+
+
+def test_numerical_rank_of_low_rank_product(rng):
+    u, v = rng.normal(size=(50, 7)), rng.normal(size=(50, 7))
+    assert rank.rank_metrics(u @ v.T)["numerical_rank"] == 7
+
+
+def test_numerical_rank_of_zeros_is_zero():
+    assert rank.rank_metrics(np.zeros((6, 4)))["numerical_rank"] == 0
+
+
+def test_numerical_rank_of_row_stochastic_linear_attention(rng):
+    # Row normalisation is a diagonal scaling, so phi(Q) phi(K)^T keeps its rank r.
+    phi_q = np.exp(rng.normal(size=(50, 7)))
+    phi_k = np.exp(rng.normal(size=(50, 7)))
+    scores = phi_q @ phi_k.T
+    attention = (scores / scores.sum(axis=1, keepdims=True)).astype(np.float32)
+    assert rank.rank_metrics(attention)["numerical_rank"] == 7
+
+
+def test_effective_rank_of_identity_is_n():
+    assert rank.rank_metrics(np.eye(9))["effective_rank"] == pytest.approx(9.0)
+
+
+def test_effective_rank_of_rank_one_is_one(rng):
+    x, y = rng.normal(size=(8, 1)), rng.normal(size=(1, 5))
+    assert rank.rank_metrics(x @ y)["effective_rank"] == pytest.approx(1.0)
+
+
+def test_effective_rank_hand_computed():
+    expected = math.exp(-(0.75 * math.log(0.75) + 0.25 * math.log(0.25)))
+    assert rank.effective_rank(np.array([3.0, 1.0])) == pytest.approx(expected)
+    assert rank.rank_metrics(np.diag([1.0, 3.0]))["effective_rank"] == pytest.approx(expected)
+
+
+def test_stable_rank_of_identity_is_n():
+    assert rank.rank_metrics(np.eye(9))["stable_rank"] == pytest.approx(9.0)
+
+
+def test_stable_rank_of_rank_one_is_one(rng):
+    x, y = rng.normal(size=(8, 1)), rng.normal(size=(1, 5))
+    assert rank.rank_metrics(x @ y)["stable_rank"] == pytest.approx(1.0)
+
+
+def test_stable_rank_hand_computed():
+    assert rank.stable_rank(np.array([3.0, 1.0])) == pytest.approx(10.0 / 9.0)
+    assert rank.rank_metrics(np.diag([1.0, 3.0]))["stable_rank"] == pytest.approx(10.0 / 9.0)
+
+
+def test_singular_values_descending_float64(rng):
+    s = rank.singular_values(rng.normal(size=(5, 3)).astype(np.float32))
+    assert s.dtype == np.float64 and np.all(np.diff(s) <= 0)
+
+
+NUM_LAYERS, NUM_EXAMPLES, NUM_HEADS = 2, 3, 2
+
+
+def padded_attention(rng, query_lengths, key_lengths, max_q, max_k, feature_dim=None):
+    """[layers, examples, heads, max_q, max_k] row-stochastic blocks, garbage in the padding."""
+    w = rng.uniform(5.0, 100.0, size=(NUM_LAYERS, NUM_EXAMPLES, NUM_HEADS, max_q, max_k))
+    for e, (lq, lk) in enumerate(zip(query_lengths, key_lengths)):
+        for layer in range(NUM_LAYERS):
+            for head in range(NUM_HEADS):
+                if feature_dim is None:
+                    scores = np.exp(rng.normal(size=(lq, lk)))
+                else:
+                    scores = np.exp(rng.normal(size=(lq, feature_dim))) @ np.exp(
+                        rng.normal(size=(feature_dim, lk))
+                    )
+                w[layer, e, head, :lq, :lk] = scores / scores.sum(axis=1, keepdims=True)
+    return w
+
+
+@pytest.fixture
+def attention_fixture(rng):
+    lengths = {
+        "encoder_self": (np.array([4, 7, 6]), np.array([4, 7, 6])),
+        "cross": (np.array([3, 5, 2]), np.array([4, 7, 6])),
+    }
+    weights = {
+        "encoder_self": padded_attention(rng, *lengths["encoder_self"], 8, 8, feature_dim=3),
+        "cross": padded_attention(rng, *lengths["cross"], 5, 8),
+    }
+    query_lengths = {role: q for role, (q, _) in lengths.items()}
+    key_lengths = {role: k for role, (_, k) in lengths.items()}
+    return weights, query_lengths, key_lengths
+
+
+def test_summarize_attention_uses_only_unpadded_blocks(attention_fixture):
+    weights, query_lengths, key_lengths = attention_fixture
+    rank_bounds = {"encoder_self": 3, "cross": None}
+    rows = rank.summarize_attention(weights, query_lengths, key_lengths, rank_bounds)
+
+    assert len(rows) == 2 * NUM_LAYERS * NUM_HEADS
+    assert [r["role"] for r in rows] == ["encoder_self"] * 4 + ["cross"] * 4
+    for row in rows:
+        assert set(row) == {
+            "role", "layer", "head", "seq_len",
+            "numerical_rank", "effective_rank", "stable_rank", "rank_bound",
+        }
+        role, layer, head = row["role"], row["layer"], row["head"]
+        blocks = [
+            weights[role][layer, e, head, :lq, :lk].astype(np.float32)
+            for e, (lq, lk) in enumerate(zip(query_lengths[role], key_lengths[role]))
+        ]
+        expected_rank = np.mean([np.linalg.matrix_rank(b) for b in blocks])
+        s = [np.linalg.svd(b.astype(np.float64), compute_uv=False) for b in blocks]
+        expected_stable = np.mean([np.sum(x**2) / x[0] ** 2 for x in s])
+        p = [x / x.sum() for x in s]
+        expected_effective = np.mean([np.exp(-np.sum(q * np.log(q))) for q in p])
+
+        assert row["numerical_rank"] == pytest.approx(expected_rank)
+        assert row["stable_rank"] == pytest.approx(expected_stable)
+        assert row["effective_rank"] == pytest.approx(expected_effective)
+        assert row["seq_len"] == round(np.mean(key_lengths[role]))
+        assert row["rank_bound"] == rank_bounds[role]
+    assert all(r["numerical_rank"] == 3.0 for r in rows if r["role"] == "encoder_self")
+
+
+def test_mean_spectrum_of_identities_ignores_padding():
+    # Identity blocks of sizes 2 and 4 in garbage padding: normalised spectra [1, 1] and [1, 1, 1, 1].
+    w = np.full((1, 2, 3, 4, 4), 7.0)
+    w[:, 0, :, :2, :2] = np.eye(2)
+    w[:, 1] = np.eye(4)
+    spectrum = rank.mean_spectrum(w, np.array([2, 4]), np.array([2, 4]))
+    np.testing.assert_allclose(spectrum, [[1.0, 1.0, 0.5, 0.5]])
+
+
+def assert_png(path):
+    with open(path, "rb") as f:
+        assert f.read(8) == PNG_SIGNATURE
+
+
+def test_plot_attention_heatmaps_writes_png(tmp_path, rng):
+    weights = {
+        "encoder_self": rng.uniform(size=(2, 2, 4, 4)),
+        "cross": rng.uniform(size=(2, 2, 3, 4)),
+    }
+    source, target = ["a", "b", "c", "d"], ["x", "y", "z"]
+    path = plots.plot_attention_heatmaps(
+        weights,
+        {"encoder_self": source, "cross": target},
+        {"encoder_self": source, "cross": source},
+        str(tmp_path / "plots" / "heatmaps.png"),
+    )
+    assert path == str(tmp_path / "plots" / "heatmaps.png")
+    assert_png(path)
+
+
+def test_plot_spectra_writes_png(tmp_path):
+    spectra = {
+        "encoder_self": np.array([[1.0, 0.5, 1e-9, 0.0], [1.0, 0.3, 0.1, 0.0]]),
+        "decoder_self": np.array([[1.0, 0.8, 0.6, 0.4]]),
+    }
+    path = plots.plot_spectra(
+        spectra, {"encoder_self": 2, "decoder_self": None}, str(tmp_path / "spectra.png")
+    )
+    assert_png(path)

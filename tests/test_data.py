@@ -1,0 +1,179 @@
+"""Data package: SCAN against the paper's counts and examples, the TFDS builder, user files, vocabularies."""
+
+import re
+
+import numpy as np
+import pytest
+
+from data import scan, scan_grammar
+from data.files import DataFileError, read_parallel_file
+from data.vocab import Vocabulary
+
+NUM_SCAN_COMMANDS = 20_910
+ACTION_NAMES = {"I_WALK", "I_LOOK", "I_RUN", "I_JUMP", "I_TURN_LEFT", "I_TURN_RIGHT"}
+
+# Examples written out by hand from the interpretation rules of Lake & Baroni (2018), most from its Figure 1.
+L, R, WALK, JUMP = "I_TURN_LEFT", "I_TURN_RIGHT", "I_WALK", "I_JUMP"
+HAND_WRITTEN = {
+    "jump": [JUMP],
+    "jump left": [L, JUMP],
+    "jump around right": [R, JUMP] * 4,
+    "turn left twice": [L, L],
+    "jump thrice": [JUMP] * 3,
+    "jump opposite left and walk thrice": [L, L, JUMP, WALK, WALK, WALK],
+    "jump opposite left after walk around left": [L, WALK] * 4 + [L, L, JUMP],
+    "jump around left twice": [L, JUMP] * 8,
+    "walk opposite left thrice": [L, L, WALK] * 3,
+    "turn opposite right thrice": [R] * 6,
+    "turn around left": [L] * 4,
+    "turn left after walk": [WALK, L],
+    "look right and run": [R, "I_LOOK", "I_RUN"],
+}
+
+
+@pytest.fixture(scope="module")
+def scan_pairs():
+    return scan_grammar.generate()
+
+
+def test_generate_has_every_command_once_within_the_published_bounds(scan_pairs):
+    commands = [command for command, _ in scan_pairs]
+    assert len(commands) == len(set(commands)) == NUM_SCAN_COMMANDS
+    assert max(len(command.split()) for command in commands) == 9
+    assert max(len(actions.split()) for _, actions in scan_pairs) == 48
+    assert {word for _, actions in scan_pairs for word in actions.split()} == ACTION_NAMES
+
+
+def test_generator_and_interpreter_agree_on_every_command(scan_pairs):
+    disagreements = [(c, a) for c, a in scan_pairs if scan_grammar.interpret(c) != a]
+    assert disagreements == []
+
+
+@pytest.mark.parametrize("command", HAND_WRITTEN)
+def test_hand_written_examples(scan_pairs, command):
+    expected = " ".join(HAND_WRITTEN[command])
+    assert dict(scan_pairs)[command] == expected
+    assert scan_grammar.interpret(command) == expected
+
+
+@pytest.mark.parametrize(
+    "command", ["", "turn", "walk walk", "jump and", "walk twice twice", "walk and run and look", "fly left"]
+)
+def test_interpret_rejects_non_scan_commands(command):
+    with pytest.raises(ValueError, match=repr(command)):
+        scan_grammar.interpret(command)
+
+
+@pytest.mark.parametrize(
+    "split, num_train, num_test",
+    [("simple", 16_728, 4_182), ("length", 16_990, 3_920), ("add_jump", 13_204, 7_706)],
+)
+def test_split_sizes_and_partition(scan_pairs, split, num_train, num_test):
+    train, test = scan_grammar.SPLITS[split]()
+    assert (len(train), len(test)) == (num_train, num_test)
+    train_commands, test_commands = {c for c, _ in train}, {c for c, _ in test}
+    assert not train_commands & test_commands
+    assert train_commands | test_commands == {c for c, _ in scan_pairs}
+    assert set(train) | set(test) == set(scan_pairs)
+
+
+def test_simple_split_is_deterministic():
+    assert scan_grammar.simple() == scan_grammar.simple()
+
+
+def test_length_split_separates_at_23_actions(scan_pairs):
+    train, test = scan_grammar.length()
+    assert max(len(actions.split()) for _, actions in train) <= 22
+    assert min(len(actions.split()) for _, actions in test) >= 24
+    assert all(len(actions.split()) != 23 for _, actions in scan_pairs)
+
+
+def test_add_jump_split_shows_jump_only_alone_in_training():
+    train, test = scan_grammar.add_jump()
+    assert [pair for pair in train if "jump" in pair[0].split()] == [("jump", "I_JUMP")]
+    assert all("jump" in command.split() for command, _ in test)
+
+
+@pytest.fixture(scope="module")
+def tfds_dir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("tensorflow_datasets"))
+
+
+def test_tfds_builder_returns_the_split_in_sorted_order(tfds_dir):
+    train, test = scan.load_split("simple", tfds_dir)
+    expected_train, expected_test = scan_grammar.simple()
+    assert set(train) == set(expected_train) and len(train) == len(expected_train)
+    assert set(test) == set(expected_test) and len(test) == len(expected_test)
+    assert train == sorted(train) and test == sorted(test)
+    assert scan.load_split("simple", tfds_dir) == (train, test)  # reads the files already built
+
+
+def test_unknown_split_is_rejected_before_building(tmp_path):
+    with pytest.raises(ValueError, match="dataset.split='xyz'.*simple, length, add_jump"):
+        scan.load_split("xyz", str(tmp_path))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_read_scan_format(tmp_path):
+    path = tmp_path / "tasks.txt"
+    path.write_text("IN: jump twice OUT: I_JUMP I_JUMP\n\nIN: turn left OUT: I_TURN_LEFT\n")
+    assert read_parallel_file(str(path)) == [("jump twice", "I_JUMP I_JUMP"), ("turn left", "I_TURN_LEFT")]
+
+
+def test_read_tab_separated(tmp_path):
+    path = tmp_path / "pairs.tsv"
+    path.write_text("\nein Haus\ta house\r\nzwei\ttwo\n")
+    assert read_parallel_file(str(path)) == [("ein Haus", "a house"), ("zwei", "two")]
+
+
+def test_missing_file(tmp_path):
+    path = str(tmp_path / "absent.tsv")
+    with pytest.raises(DataFileError, match=re.escape(f"{path}: file not found")):
+        read_parallel_file(path)
+
+
+def test_file_without_pairs(tmp_path):
+    path = tmp_path / "blank.tsv"
+    path.write_text("\n  \n")
+    with pytest.raises(DataFileError, match=re.escape(str(path))):
+        read_parallel_file(str(path))
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        ["IN: walk OUT: I_WALK", "IN: run OUT: I_RUN", "IN: jump I_JUMP"],  # no OUT:
+        ["IN: walk OUT: I_WALK", "IN: run OUT: I_RUN", "IN: OUT: I_JUMP"],  # empty source
+        ["a\tb", "c\td", "no tab here"],
+        ["a\tb", "c\td", "one\ttwo\tthree"],
+        ["a\tb", "c\td", "target missing\t "],
+    ],
+)
+def test_malformed_line_is_reported_with_its_number(tmp_path, lines):
+    path = tmp_path / "bad.txt"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataFileError) as error:
+        read_parallel_file(str(path))
+    assert str(error.value).startswith(f"{path}:3: ")
+
+
+def test_vocabulary_special_ids():
+    vocab = Vocabulary.build(["walk"])
+    assert (Vocabulary.PAD, Vocabulary.BOS, Vocabulary.EOS, Vocabulary.UNK) == (0, 1, 2, 3)
+    assert vocab.encode("<pad> <bos> <eos> <unk>") == [0, 1, 2, 3]
+    assert len(vocab) == 5
+
+
+def test_vocabulary_encode_decode():
+    vocab = Vocabulary.build(["walk left", "jump", "walk"])
+    assert vocab.encode("jump left walk") == [4, 5, 6]  # words in sorted order after the 4 special ids
+    assert vocab.encode("walk fly") == [6, Vocabulary.UNK]
+    assert vocab.decode(vocab.encode("walk left")) == "walk left"
+    assert vocab.decode(np.array([1, 4, 0, 6, 2, 5, 0])) == "jump walk"
+
+
+def test_vocabulary_save_load(tmp_path):
+    vocab = Vocabulary.build(["I_TURN_LEFT I_WALK", "I_JUMP"])
+    vocab.save(str(tmp_path / "vocab.json"))
+    assert Vocabulary.load(str(tmp_path / "vocab.json")) == vocab
+    assert vocab != Vocabulary.build(["I_JUMP"])

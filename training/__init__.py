@@ -1,0 +1,1 @@
+"""Training and evaluation: `train_and_evaluate(config, workdir)` and `evaluate(config, workdir)`."""

@@ -1,0 +1,53 @@
+"""Metrics to `metrics.jsonl` (the file contract of DESIGN.md) and to Weights & Biases."""
+import json
+import os
+
+
+def wandb_mode(config) -> str:
+    return os.environ.get("WANDB_MODE") or config.wandb.mode
+
+
+class MetricsWriter:
+    """Appends `{"step", "split", "elapsed_s", ...}` lines; on resume, first drops lines written after
+    the restored step, so the file reads as if the run had never been interrupted."""
+
+    def __init__(self, workdir: str, config, resume_step: int):
+        self.path = os.path.join(workdir, "metrics.jsonl")
+        self._truncate_after(resume_step)
+        self.run = self._start_wandb(workdir, config) if wandb_mode(config) != "disabled" else None
+
+    def _truncate_after(self, step: int) -> None:
+        if not os.path.exists(self.path):
+            return
+        with open(self.path) as f:
+            kept = [line for line in f if line.strip() and json.loads(line)["step"] <= step]
+        with open(self.path, "w") as f:
+            f.writelines(kept)
+
+    @staticmethod
+    def _start_wandb(workdir: str, config):
+        import wandb  # imported only when used: it is slow to import and tests disable it
+
+        # One W&B run per workdir: a resumed run continues the same W&B run.
+        id_path = os.path.join(workdir, "wandb_id.txt")
+        if not os.path.exists(id_path):
+            with open(id_path, "w") as f:
+                f.write(wandb.util.generate_id())
+        with open(id_path) as f:
+            run_id = f.read().strip()
+        kinds = sorted({config.attention[r] or config.attention.name
+                        for r in ("encoder_self", "decoder_self", "cross")})
+        return wandb.init(project=config.wandb.project, group=config.wandb.group or None,
+                          mode=wandb_mode(config), dir=workdir, id=run_id, resume="allow",
+                          config=config.to_dict(), tags=[config.task, *kinds])
+
+    def write(self, step: int, split: str, elapsed_s: float, metrics: dict) -> None:
+        record = {"step": step, "split": split, "elapsed_s": round(elapsed_s, 3), **metrics}
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self.run is not None:
+            self.run.log({f"{split}/{key}": value for key, value in metrics.items()}, step=step)
+
+    def close(self) -> None:
+        if self.run is not None:
+            self.run.finish()

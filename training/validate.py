@@ -1,0 +1,70 @@
+"""Config checks that run before any data is built or anything is compiled."""
+import os
+
+import attention
+from data import scan_grammar
+
+ROLE_FIELDS = ("encoder_self", "decoder_self", "cross")
+TASKS = ("translation",)
+DATASETS = ("scan", "files")
+POSITIONS = ("sinusoidal", "learned")
+WANDB_MODES = ("online", "offline", "disabled")
+POSITIVE_INTS = ("num_train_steps", "log_every_steps", "eval_every_steps", "checkpoint_every_steps",
+                 "per_device_batch_size", "model.num_layers", "model.d_model", "model.num_heads",
+                 "model.mlp_dim", "eval.batch_size")
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _choice(field: str, value, allowed) -> None:
+    if value not in allowed:
+        raise ConfigError(f"config.{field}={value!r} is not allowed; choose one of: {', '.join(allowed)}")
+
+
+def _get(config, dotted: str):
+    for part in dotted.split("."):
+        config = config[part]
+    return config
+
+
+def role_kinds(config) -> dict[str, str]:
+    """The attention kind of each role: the role's override, else `attention.name`."""
+    return {role: config.attention[role] or config.attention.name for role in ROLE_FIELDS}
+
+
+def kind_options(config) -> dict[str, dict]:
+    """Options for each kind in use, taken from `config.attention.*`."""
+    candidates = {key: value for key, value in config.attention.items()
+                  if key not in ("name", *ROLE_FIELDS)}
+    return {kind: attention.select_options(kind, candidates) for kind in set(role_kinds(config).values())}
+
+
+def validate(config) -> None:
+    _choice("task", config.task, TASKS)
+    for field in POSITIVE_INTS:
+        value = _get(config, field)
+        if not isinstance(value, int) or value <= 0:
+            raise ConfigError(f"config.{field}={value!r} must be a positive integer")
+    for role, kind in role_kinds(config).items():
+        _choice(f"attention.{role}" if config.attention[role] else "attention.name", kind, attention.names())
+    known_options = attention.all_options() | {"name", *ROLE_FIELDS}
+    for key in config.attention:
+        _choice(f"attention.{key} (an attention option)", key, sorted(known_options))
+    if config.model.d_model % config.model.num_heads:
+        raise ConfigError(f"config.model.d_model={config.model.d_model} is not divisible by "
+                          f"config.model.num_heads={config.model.num_heads}")
+    _choice("model.positions", config.model.positions, POSITIONS)
+    _choice("dataset.name", config.dataset.name, DATASETS)
+    if config.dataset.name == "scan":
+        _choice("dataset.split", config.dataset.split, tuple(scan_grammar.SPLITS))
+    else:
+        for field in ("train_file", "test_file"):
+            path = config.dataset[field]
+            if not path:
+                raise ConfigError(f"config.dataset.{field} is empty; dataset.name='files' needs it")
+            if not os.path.isfile(path):
+                raise ConfigError(f"config.dataset.{field}={path!r}: file not found")
+    mode = os.environ.get("WANDB_MODE") or config.wandb.mode
+    _choice("wandb.mode (or WANDB_MODE)", mode, WANDB_MODES)
