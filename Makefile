@@ -24,7 +24,7 @@ eval: setup
 	$(PY) eval.py --config=$(CONFIG) --workdir=$(WORKDIR)
 
 test: setup
-	$(PY) -m pytest -n auto $(PYTEST_ARGS)
+	$(PY) -m pytest -n auto --dist loadfile $(PYTEST_ARGS)
 
 clean:
 	rm -rf runs .pytest_cache

@@ -10,10 +10,11 @@ from flax import nnx
 
 from analysis import plots, rank
 from data import pipeline
+from models import ROLES
 from models.decoding import greedy_decode
 from training import translation, validate
 from training.checkpoints import Checkpoints
-from training.steps import make_eval_step
+from training.steps import create_optimizer, init_state, make_eval_step
 
 
 @contextlib.contextmanager
@@ -45,10 +46,8 @@ def attention_weights(model, batch) -> dict[str, np.ndarray]:
     return jax.device_get(run(state, batch["source"], batch["decoder_input"]))
 
 
-def teacher_forced_metrics(model, arrays, batch_size: int) -> dict:
-    model.eval()
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-    eval_step = make_eval_step(graphdef, translation.metric_sums)
+def teacher_forced_metrics(eval_step, params, rest, arrays, batch_size: int) -> dict:
+    """Loss, token accuracy and exact match over every row of `arrays` (see translation.metric_sums)."""
     totals = None
     for batch, _ in pipeline.fixed_size_batches(arrays, batch_size):
         sums = jax.device_get(eval_step(params, rest, batch))
@@ -78,7 +77,8 @@ def attention_analysis(config, workdir, model, data):
     """Rank rows of eval.json, plus heat-map and spectra plots when `config.eval.plots`."""
     rows = rank_sample(data, config.eval.rank_examples)
     batch = {name: array[rows] for name, array in data.test.items()}
-    weights = attention_weights(model, batch)
+    captured = attention_weights(model, batch)
+    weights = {role: captured[role] for role in ROLES}  # JAX returns dict keys sorted
     source_len = (batch["source"] != 0).sum(1)
     target_len = (batch["decoder_input"] != 0).sum(1)
     query_len = {"encoder_self": source_len, "decoder_self": target_len, "cross": target_len}
@@ -100,7 +100,10 @@ def attention_analysis(config, workdir, model, data):
 
 def evaluate_model(config, workdir: str, model, data: translation.TranslationData, step: int) -> dict:
     """Evaluates on the whole test split and writes `eval.json` in the workdir; returns its content."""
-    metrics = teacher_forced_metrics(model, data.test, config.eval.batch_size)
+    model.eval()
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    eval_step = make_eval_step(graphdef, translation.metric_sums)
+    metrics = teacher_forced_metrics(eval_step, params, rest, data.test, config.eval.batch_size)
     outputs = greedy_outputs(model, data, config.eval.batch_size)
     references = [target for _, target in data.test_pairs]
     result = {
@@ -124,14 +127,14 @@ def evaluate_model(config, workdir: str, model, data: translation.TranslationDat
 
 def evaluate(config, workdir: str) -> dict:
     """Restores the latest checkpoint of `workdir` and evaluates it (what eval.py runs)."""
-    from training.loop import build  # the same model and state layout as training
-
     validate.validate(config)
     checkpoints = Checkpoints(os.path.join(workdir, "checkpoints"))
     step = checkpoints.latest_step()
     if step is None:
         raise FileNotFoundError(f"no checkpoint in {os.path.join(workdir, 'checkpoints')}; train first")
-    data, model, _, _, state = build(config, workdir)
+    data = translation.prepare_data(config, workdir)
+    model = translation.create_model(config, data)
+    _, state = init_state(model, create_optimizer(config))  # the layout training checkpointed
     state, _ = checkpoints.restore(step, state)
     checkpoints.close()
     nnx.update(model, state["params"], state["rest"])

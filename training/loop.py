@@ -1,6 +1,5 @@
 """`train_and_evaluate(config, workdir)`: the whole run, resumable from the workdir."""
 import functools
-import json
 import os
 import time
 
@@ -13,16 +12,6 @@ from training import evaluate, translation, validate
 from training.checkpoints import Checkpoints
 from training.metrics import MetricsWriter
 from training.steps import create_optimizer, init_state, learning_rate_schedule, make_eval_step, make_train_step
-
-
-def build(config, workdir: str):
-    """Data, model, optimizer, graphdef and initial train state: a function of (config, workdir)."""
-    data = translation.prepare_data(config, workdir)
-    params_key, dropout_key = jax.random.split(jax.random.key(config.seed))
-    model = translation.create_model(config, data, nnx.Rngs(params=params_key, dropout=dropout_key))
-    optimizer = create_optimizer(config)
-    graphdef, state = init_state(model, optimizer)
-    return data, model, optimizer, graphdef, state
 
 
 def _format_duration(seconds: float) -> str:
@@ -59,7 +48,10 @@ def train_and_evaluate(config, workdir: str) -> dict:
     os.makedirs(workdir, exist_ok=True)
     with open(os.path.join(workdir, "config.json"), "w") as f:
         f.write(config.to_json(indent=1))
-    data, model, optimizer, graphdef, state = build(config, workdir)
+    data = translation.prepare_data(config, workdir)
+    model = translation.create_model(config, data)
+    optimizer = create_optimizer(config)
+    graphdef, state = init_state(model, optimizer)
 
     checkpoints = Checkpoints(os.path.join(workdir, "checkpoints"))
     start_step, elapsed_before = 0, 0.0
@@ -102,11 +94,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
                   flush=True)
             pending, pending_from = [], done
         if done % config.eval_every_steps == 0 or last:
-            totals = None
-            for eval_batch, _ in pipeline.fixed_size_batches(data.test, config.eval.batch_size):
-                sums = jax.device_get(eval_step(state["params"], state["rest"], eval_batch))
-                totals = sums if totals is None else jax.tree.map(np.add, totals, sums)
-            eval_metrics = translation.summarize(totals)
+            eval_metrics = evaluate.teacher_forced_metrics(eval_step, state["params"], state["rest"],
+                                                           data.test, config.eval.batch_size)
             writer.write(done, "eval", elapsed(), eval_metrics)
             print(f"eval at step {done} | " + " | ".join(f"{k} {v:.4f}" for k, v in eval_metrics.items()),
                   flush=True)

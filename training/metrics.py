@@ -1,6 +1,7 @@
 """Metrics to `metrics.jsonl` (the file contract of DESIGN.md) and to Weights & Biases."""
 import json
 import os
+import secrets
 
 
 def wandb_mode(config) -> str:
@@ -32,7 +33,7 @@ class MetricsWriter:
         id_path = os.path.join(workdir, "wandb_id.txt")
         if not os.path.exists(id_path):
             with open(id_path, "w") as f:
-                f.write(wandb.util.generate_id())
+                f.write(secrets.token_hex(4))
         with open(id_path) as f:
             run_id = f.read().strip()
         kinds = sorted({config.attention[r] or config.attention.name

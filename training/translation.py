@@ -2,6 +2,7 @@
 import dataclasses
 import os
 
+import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
@@ -49,15 +50,16 @@ def prepare_data(config, workdir: str) -> TranslationData:
     return TranslationData(source_vocab, target_vocab, encode(train_pairs), encode(test_pairs), test_pairs)
 
 
-def create_model(config, data: TranslationData, rngs: nnx.Rngs) -> EncoderDecoder:
+def create_model(config, data: TranslationData) -> EncoderDecoder:
     max_len = max(data.train["source"].shape[1], data.train["target"].shape[1])
     spec = TransformerSpec(
         num_layers=config.model.num_layers, d_model=config.model.d_model, num_heads=config.model.num_heads,
         mlp_dim=config.model.mlp_dim, dropout_rate=config.model.dropout_rate, max_len=max_len,
         positions=config.model.positions, tied_embeddings=config.model.tied_embeddings,
         attention=validate.role_kinds(config), attention_options=validate.kind_options(config))
-    return EncoderDecoder(len(data.source_vocab), len(data.target_vocab), spec, rngs=rngs,
-                          pad_id=Vocabulary.PAD)
+    params_key, dropout_key = jax.random.split(jax.random.key(config.seed))
+    return EncoderDecoder(len(data.source_vocab), len(data.target_vocab), spec,
+                          rngs=nnx.Rngs(params=params_key, dropout=dropout_key), pad_id=Vocabulary.PAD)
 
 
 def metric_sums(model, batch, label_smoothing: float = 0.0):

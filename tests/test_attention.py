@@ -1,0 +1,169 @@
+"""Attention kinds against dense references written here in plain numpy."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import attention
+from attention import feature_maps
+
+B, L, H, D = 2, 13, 3, 4  # L > D so that the rank bound of linear attention binds
+
+
+def _inputs(seed=0, lq=L, lk=L):
+    rng = np.random.default_rng(seed)
+    q = rng.normal(size=(B, lq, H, D)).astype(np.float32)
+    k = rng.normal(size=(B, lk, H, D)).astype(np.float32)
+    v = rng.normal(size=(B, lk, H, D)).astype(np.float32)
+    key_valid = np.ones((B, lk), bool)
+    key_valid[0, lk - 4 :] = False  # example 0 has 4 padded keys
+    return q, k, v, key_valid
+
+
+def _create(name, **options):
+    return attention.create(name, num_heads=H, head_dim=D, rngs=nnx.Rngs(0), **options)
+
+
+def _allowed(key_valid, lq, causal):
+    allowed = np.broadcast_to(key_valid[:, None, None, :], (B, H, lq, key_valid.shape[1]))
+    if causal:
+        allowed = allowed & np.tril(np.ones((lq, lq), bool))
+    return allowed
+
+
+def reference_softmax(q, k, v, allowed):
+    scores = np.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(q.shape[-1])
+    scores = np.where(allowed, scores, -np.inf)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    return np.einsum("bhqk,bkhd->bqhd", weights, v), weights
+
+
+def reference_linear(q, k, v, allowed, eps=1e-6):
+    phi = lambda x: np.where(x > 0, x + 1, np.exp(x))  # elu(x) + 1
+    scores = np.einsum("bqhd,bkhd->bhqk", phi(q), phi(k)) * allowed
+    weights = scores / (scores.sum(-1, keepdims=True) + eps)
+    return np.einsum("bhqk,bkhd->bqhd", weights, v), weights
+
+
+REFERENCES = {"softmax": reference_softmax, "linear": reference_linear}
+
+
+def _mask(key_valid):
+    return jnp.asarray(key_valid[:, None, None, :])
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCES))
+@pytest.mark.parametrize("causal", [False, True])
+def test_output_and_weights_match_dense_reference(name, causal):
+    q, k, v, key_valid = _inputs()
+    expected, expected_weights = REFERENCES[name](q, k, v, _allowed(key_valid, L, causal))
+    module = _create(name)
+    out = module(q, k, v, _mask(key_valid), causal=causal)
+    np.testing.assert_allclose(out, expected, atol=2e-5, rtol=2e-5)
+    np.testing.assert_allclose(module.weights(q, k, _mask(key_valid), causal=causal), expected_weights,
+                               atol=2e-6)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 4, 5, 13, 64])
+def test_causal_linear_is_exact_for_any_chunk_size(chunk_size):
+    q, k, v, key_valid = _inputs(seed=1)
+    expected, _ = reference_linear(q, k, v, _allowed(key_valid, L, True))
+    out = _create("linear", chunk_size=chunk_size)(q, k, v, _mask(key_valid), causal=True)
+    np.testing.assert_allclose(out, expected, atol=2e-5, rtol=2e-5)
+
+
+def test_cross_attention_with_other_key_length():
+    q, k, v, key_valid = _inputs(seed=2, lq=5, lk=9)
+    for name, reference in REFERENCES.items():
+        expected, _ = reference(q, k, v, _allowed(key_valid, 5, False))
+        np.testing.assert_allclose(_create(name)(q, k, v, _mask(key_valid)), expected, atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCES))
+@pytest.mark.parametrize("causal", [False, True])
+def test_gradients_match_dense_reference(name, causal):
+    q, k, v, key_valid = _inputs(seed=3)
+    allowed = jnp.asarray(_allowed(key_valid, L, causal))
+    cotangent = jnp.asarray(np.random.default_rng(4).normal(size=(B, L, H, D)), jnp.float32)
+
+    def dense(q, k, v):  # the same formulas as the numpy references, in jnp for autodiff
+        if name == "softmax":
+            scores = jnp.where(allowed, jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(D), -1e30)
+            weights = jax.nn.softmax(scores, -1)
+        else:
+            phi = lambda x: jnp.where(x > 0, x + 1, jnp.exp(jnp.minimum(x, 0)))
+            scores = jnp.einsum("bqhd,bkhd->bhqk", phi(q), phi(k)) * allowed
+            weights = scores / (scores.sum(-1, keepdims=True) + 1e-6)
+        return (jnp.einsum("bhqk,bkhd->bqhd", weights, v) * cotangent).sum()
+
+    module = _create(name)
+    fast = lambda q, k, v: (module(q, k, v, _mask(key_valid), causal=causal) * cotangent).sum()
+    for got, want in zip(jax.grad(fast, (0, 1, 2))(q, k, v), jax.grad(dense, (0, 1, 2))(q, k, v)):
+        np.testing.assert_allclose(got, want, atol=5e-5, rtol=5e-5)
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCES))
+@pytest.mark.parametrize("causal", [False, True])
+def test_output_ignores_masked_and_future_keys(name, causal):
+    q, k, v, key_valid = _inputs(seed=5)
+    module = _create(name)
+    out = module(q, k, v, _mask(key_valid), causal=causal)
+    k2, v2 = k.copy(), v.copy()
+    k2[~key_valid], v2[~key_valid] = 100.0, -100.0  # garbage in padded keys
+    if causal:  # and in the future of query 6: only its outputs up to 6 must stay
+        k2[:, 7:], v2[:, 7:] = 50.0, 50.0
+    out2 = module(q, k2, v2, _mask(key_valid), causal=causal)
+    upto = 7 if causal else L
+    np.testing.assert_allclose(out2[:, :upto], out[:, :upto], atol=1e-5)
+
+
+def test_linear_rank_is_bounded_by_feature_dim_and_softmax_is_not():
+    q, k, _, _ = _inputs(seed=6)
+    linear, softmax = _create("linear"), _create("softmax")
+    assert linear.feature_dim == D and softmax.feature_dim is None
+    def rank(matrix):  # float32 inputs: singular values below 1e-5 of the largest are round-off
+        s = np.linalg.svd(np.asarray(matrix, np.float64), compute_uv=False)
+        return int((s > 1e-5 * s[0]).sum())
+
+    for b in range(B):
+        for h in range(H):
+            assert rank(linear.weights(q, k)[b, h]) <= D
+            assert rank(softmax.weights(q, k)[b, h]) == L
+
+
+def test_causal_mask_lifts_the_linear_rank_bound():
+    q, k, _, _ = _inputs(seed=7)
+    weights = np.asarray(_create("linear").weights(q, k, causal=True)[0, 0], np.float64)
+    # Lower-triangular with a positive diagonal: its determinant is the diagonal's product, not 0.
+    assert np.all(np.diag(weights) > 0) and np.allclose(weights, np.tril(weights))
+    assert np.linalg.matrix_rank(weights) == L
+
+
+def test_elu_plus_one_stays_positive_in_bfloat16():
+    x = jnp.asarray([-30.0, -10.0, -6.0, -1.0, 0.0, 2.0], jnp.bfloat16)
+    phi = feature_maps.elu_plus_one(x)
+    assert phi.dtype == jnp.bfloat16 and bool(jnp.all(phi > 0))
+    naive = jax.nn.elu(x) + 1  # the cancelling form this guards against
+    assert float(naive[1]) == 0.0
+
+
+def test_linear_refuses_a_mask_it_cannot_apply_in_linear_time():
+    q, k, v, _ = _inputs()
+    per_query = jnp.ones((B, 1, L, L), bool)
+    with pytest.raises(ValueError, match="key-padding"):
+        _create("linear")(q, k, v, per_query)
+
+
+def test_registry_lists_kinds_and_rejects_unknown_names():
+    assert {"softmax", "linear"} <= set(attention.names())
+    with pytest.raises(ValueError, match="known kinds: .*linear.*softmax"):
+        _create("nope")
+    with pytest.raises(ValueError, match="takes no option"):
+        _create("softmax", chunk_size=3)
+
+
+def test_multi_head_wrapper_rejects_indivisible_width():
+    with pytest.raises(ValueError, match="not divisible"):
+        attention.MultiHeadAttention("softmax", d_model=10, num_heads=3, rngs=nnx.Rngs(0))

@@ -1,0 +1,159 @@
+"""The whole loop on tiny data: files written, resume, evaluation, loss going down, config errors."""
+import json
+import os
+import shutil
+
+import jax
+import pytest
+
+from configs import translation as translation_config
+from data import pipeline, scan_grammar
+from data.files import DataFileError
+from training import loop, steps, translation
+from training.evaluate import evaluate
+from training.validate import ConfigError
+
+
+@pytest.fixture(scope="module")
+def data_files(tmp_path_factory):
+    """300 SCAN training pairs as TSV and 40 test pairs in SCAN's own format."""
+    train, test = scan_grammar.simple()
+    directory = tmp_path_factory.mktemp("data")
+    train_file, test_file = directory / "train.tsv", directory / "test.txt"
+    train_file.write_text("".join(f"{s}\t{t}\n" for s, t in train[:300]))
+    test_file.write_text("".join(f"IN: {s} OUT: {t}\n" for s, t in test[:40]))
+    return str(train_file), str(test_file)
+
+
+def tiny_config(data_files, arg="tiny"):
+    config = translation_config.get_config(arg)
+    config.dataset.name = "files"
+    config.dataset.train_file, config.dataset.test_file = data_files
+    return config
+
+
+@pytest.fixture(scope="module")
+def trained(data_files, tmp_path_factory):
+    config = tiny_config(data_files)
+    config.eval.plots = True
+    workdir = str(tmp_path_factory.mktemp("run"))
+    return config, workdir, loop.train_and_evaluate(config, workdir)
+
+
+def _lines(workdir):
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def test_eval_json_has_the_documented_keys(trained):
+    config, workdir, result = trained
+    with open(os.path.join(workdir, "eval.json")) as f:
+        written = json.load(f)
+    assert written == json.loads(json.dumps(result))
+    assert set(written) == {"step", "task", "split", "num_examples", "attention", "metrics", "rank"}
+    assert (written["step"], written["task"], written["num_examples"]) == (20, "translation", 40)
+    assert written["attention"] == {"encoder_self": "softmax", "decoder_self": "softmax", "cross": "softmax"}
+    assert set(written["metrics"]) == {"exact_match", "token_accuracy", "bleu", "loss"}
+    rows = written["rank"]
+    layers, heads = config.model.num_layers, config.model.num_heads
+    assert len(rows) == 3 * layers * heads
+    assert {(r["role"], r["layer"], r["head"]) for r in rows} == {
+        (role, layer, head) for role in ("encoder_self", "decoder_self", "cross")
+        for layer in range(layers) for head in range(heads)}
+    for row in rows:
+        assert set(row) == {"role", "layer", "head", "seq_len", "numerical_rank", "effective_rank",
+                            "stable_rank", "rank_bound"}
+        assert row["rank_bound"] is None  # softmax
+        # Means over examples of per-matrix values, so only orderings that hold per matrix are checked.
+        assert 1 <= row["stable_rank"] <= row["numerical_rank"] + 1e-6
+
+
+def test_workdir_holds_config_metrics_checkpoints_and_plots(trained):
+    config, workdir, _ = trained
+    with open(os.path.join(workdir, "config.json")) as f:
+        assert json.load(f)["attention"]["name"] == "softmax"
+    lines = _lines(workdir)
+    train_lines = [line for line in lines if line["split"] == "train"]
+    eval_lines = [line for line in lines if line["split"] == "eval"]
+    assert [line["step"] for line in train_lines] == [5, 10, 15, 20]
+    assert [line["step"] for line in eval_lines] == [10, 20]
+    for line in train_lines:
+        assert {"loss", "learning_rate", "steps_per_sec", "elapsed_s"} <= set(line)
+    for line in eval_lines:
+        assert {"loss", "token_accuracy", "exact_match"} <= set(line)
+    assert os.path.isdir(os.path.join(workdir, "checkpoints", "20"))
+    for plot in ("attention.png", "spectra.png"):
+        with open(os.path.join(workdir, "plots", plot), "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_resume_continues_from_the_latest_checkpoint(trained, tmp_path):
+    config, workdir, _ = trained
+    resumed = str(tmp_path / "resumed")
+    shutil.copytree(workdir, resumed)
+    config = tiny_config((config.dataset.train_file, config.dataset.test_file))
+    config.num_train_steps = 30
+    loop.train_and_evaluate(config, resumed)
+    lines = [line for line in _lines(resumed) if line["split"] == "train"]
+    assert [line["step"] for line in lines] == [5, 10, 15, 20, 25, 30]
+    elapsed = [line["elapsed_s"] for line in lines]
+    assert elapsed == sorted(elapsed)  # elapsed_s is carried across the restart
+
+
+def test_eval_py_restores_the_trained_parameters(trained, tmp_path):
+    config, workdir, result = trained
+    copy = str(tmp_path / "copy")
+    shutil.copytree(workdir, copy)
+    restored = evaluate(config, copy)
+    assert restored["metrics"]["exact_match"] == result["metrics"]["exact_match"]
+    assert restored["metrics"]["loss"] == pytest.approx(result["metrics"]["loss"], rel=1e-5)
+
+
+def test_a_few_training_steps_lower_the_loss(data_files, tmp_path):
+    config = tiny_config(data_files)
+    config.num_train_steps = 200  # a schedule that is still near its peak over the 30 steps below
+    data = translation.prepare_data(config, str(tmp_path))
+    optimizer = steps.create_optimizer(config)
+    graphdef, state = steps.init_state(translation.create_model(config, data), optimizer)
+    train_step = steps.make_train_step(graphdef, optimizer, translation.metric_sums, jax.random.key(1))
+    batch = pipeline.batch_at_step(data.train, 16, seed=0, step=0)
+    losses = []
+    for _ in range(30):
+        state, metrics = train_step(state, batch)
+        losses.append(float(metrics["loss"] / metrics["tokens"]))
+    assert losses[-1] < 0.5 * losses[0]
+
+
+ERRORS = [
+    ({"attention.name": "nope"}, ConfigError, "known|choose one of: linear, softmax"),
+    ({"attention.cross": "nope"}, ConfigError, "attention.cross"),
+    ({"model.num_heads": 3}, ConfigError, "d_model=32 is not divisible by config.model.num_heads=3"),
+    ({"dataset.name": "scan", "dataset.split": "nope"}, ConfigError, "simple, length, add_jump"),
+    ({"dataset.train_file": "/nonexistent/train.tsv"}, ConfigError, "/nonexistent/train.tsv.*not found"),
+    ({"attention.num_fetures": 3}, ConfigError, "num_fetures"),
+]
+
+
+@pytest.mark.parametrize("overrides, error, message", ERRORS)
+def test_bad_configs_fail_before_compilation(data_files, tmp_path, monkeypatch, overrides, error, message):
+    config = tiny_config(data_files)
+    with config.unlocked():
+        for field, value in overrides.items():
+            parent, name = field.rsplit(".", 1)
+            config[parent][name] = value
+    monkeypatch.setattr(loop, "make_train_step", _no_compilation)
+    with pytest.raises(error, match=message):
+        loop.train_and_evaluate(config, str(tmp_path))
+
+
+def test_malformed_data_file_names_file_and_line(data_files, tmp_path, monkeypatch):
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("walk\tI_WALK\nwalk twice I_WALK I_WALK\n")
+    config = tiny_config((str(bad), data_files[1]))
+    monkeypatch.setattr(loop, "make_train_step", _no_compilation)
+    with pytest.raises(DataFileError, match=f"{bad}:2:"):
+        loop.train_and_evaluate(config, str(tmp_path / "run"))
+
+
+def _no_compilation(*args, **kwargs):
+    raise AssertionError("the error should have come before the train step was built")
