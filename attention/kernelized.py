@@ -51,7 +51,8 @@ def causal_linear_attention(phi_q, phi_k, v, eps: float, chunk_size: int):
 
 
 class KernelizedAttention(nnx.Module):
-    """Base of the linear kinds: a subclass defines `features(x)` and sets `feature_dim`."""
+    """Base of the linear kinds: a subclass sets `feature_dim` and defines `features(x)` for
+    [B, L, H, d] inputs, or `query_features` and `key_features` where the two sides differ."""
 
     feature_dim: int
 
@@ -62,8 +63,14 @@ class KernelizedAttention(nnx.Module):
     def features(self, x):
         raise NotImplementedError
 
+    def query_features(self, q):
+        return self.features(q)
+
+    def key_features(self, k):
+        return self.features(k)
+
     def _feature_pair(self, q, k, mask):
-        phi_q, phi_k = self.features(q), self.features(k)
+        phi_q, phi_k = self.query_features(q), self.key_features(k)
         key_mask = masks.key_padding(mask, k.shape[0], k.shape[1])
         if key_mask is not None:
             phi_k = phi_k * key_mask[:, :, None, None].astype(phi_k.dtype)

@@ -40,6 +40,9 @@ def make_train_step(graphdef, optimizer, loss_fn, dropout_key):
         model = nnx.merge(graphdef, state["params"], state["rest"])
         model.train()
         nnx.reseed(model, dropout=jax.random.fold_in(dropout_key, state["step"]))
+        for _, module in nnx.iter_modules(model):  # e.g. random features redrawn on a schedule
+            if hasattr(module, "on_train_step"):
+                module.on_train_step(state["step"])
         # nnx.value_and_grad (not jax's) carries the RNG-state updates of dropout out of the trace.
         (loss, sums), grads = nnx.value_and_grad(lambda m: loss_fn(m, batch), has_aux=True)(model)
         rest = nnx.state(model, nnx.Not(nnx.Param))

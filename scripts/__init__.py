@@ -1,0 +1,1 @@
+"""Command-line tools over runs: summaries, sweeps, benchmarks."""
