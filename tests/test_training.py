@@ -6,8 +6,7 @@ import shutil
 import jax
 import pytest
 
-from configs import translation as translation_config
-from data import pipeline, scan_grammar
+from data import pipeline
 from data.files import DataFileError
 from training import loop, steps, translation
 from training.evaluate import evaluate
@@ -15,26 +14,8 @@ from training.validate import ConfigError
 
 
 @pytest.fixture(scope="module")
-def data_files(tmp_path_factory):
-    """300 SCAN training pairs as TSV and 40 test pairs in SCAN's own format."""
-    train, test = scan_grammar.simple()
-    directory = tmp_path_factory.mktemp("data")
-    train_file, test_file = directory / "train.tsv", directory / "test.txt"
-    train_file.write_text("".join(f"{s}\t{t}\n" for s, t in train[:300]))
-    test_file.write_text("".join(f"IN: {s} OUT: {t}\n" for s, t in test[:40]))
-    return str(train_file), str(test_file)
-
-
-def tiny_config(data_files, arg="tiny"):
-    config = translation_config.get_config(arg)
-    config.dataset.name = "files"
-    config.dataset.train_file, config.dataset.test_file = data_files
-    return config
-
-
-@pytest.fixture(scope="module")
-def trained(data_files, tmp_path_factory):
-    config = tiny_config(data_files)
+def trained(tiny_config, tmp_path_factory):
+    config = tiny_config()
     config.eval.plots = True
     workdir = str(tmp_path_factory.mktemp("run"))
     return config, workdir, loop.train_and_evaluate(config, workdir)
@@ -91,7 +72,7 @@ def test_resume_continues_from_the_latest_checkpoint(trained, tmp_path):
     config, workdir, _ = trained
     resumed = str(tmp_path / "resumed")
     shutil.copytree(workdir, resumed)
-    config = tiny_config((config.dataset.train_file, config.dataset.test_file))
+    config = config.copy_and_resolve_references()
     config.num_train_steps = 30
     loop.train_and_evaluate(config, resumed)
     lines = [line for line in _lines(resumed) if line["split"] == "train"]
@@ -109,8 +90,8 @@ def test_eval_py_restores_the_trained_parameters(trained, tmp_path):
     assert restored["metrics"]["loss"] == pytest.approx(result["metrics"]["loss"], rel=1e-5)
 
 
-def test_a_few_training_steps_lower_the_loss(data_files, tmp_path):
-    config = tiny_config(data_files)
+def test_a_few_training_steps_lower_the_loss(tiny_config, tmp_path):
+    config = tiny_config()
     config.num_train_steps = 200  # a schedule that is still near its peak over the 30 steps below
     data = translation.prepare_data(config, str(tmp_path))
     optimizer = steps.create_optimizer(config)
@@ -135,8 +116,8 @@ ERRORS = [
 
 
 @pytest.mark.parametrize("overrides, error, message", ERRORS)
-def test_bad_configs_fail_before_compilation(data_files, tmp_path, monkeypatch, overrides, error, message):
-    config = tiny_config(data_files)
+def test_bad_configs_fail_before_compilation(tiny_config, tmp_path, monkeypatch, overrides, error, message):
+    config = tiny_config()
     with config.unlocked():
         for field, value in overrides.items():
             parent, name = field.rsplit(".", 1)
@@ -146,7 +127,7 @@ def test_bad_configs_fail_before_compilation(data_files, tmp_path, monkeypatch, 
         loop.train_and_evaluate(config, str(tmp_path))
 
 
-def test_malformed_data_file_names_file_and_line(data_files, tmp_path, monkeypatch):
+def test_malformed_data_file_names_file_and_line(tiny_config, data_files, tmp_path, monkeypatch):
     bad = tmp_path / "bad.tsv"
     bad.write_text("walk\tI_WALK\nwalk twice I_WALK I_WALK\n")
     config = tiny_config((str(bad), data_files[1]))
