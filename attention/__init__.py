@@ -2,7 +2,7 @@
 
 Importing the package registers every kind.
 """
-from attention import linear, softmax  # noqa: F401  (registration side effect)
+from attention import hard, linear, local, scored, softmax  # noqa: F401  (registration side effect)
 from attention.multi_head import MultiHeadAttention
 from attention.registry import all_options, create, names, options, register, select_options
 

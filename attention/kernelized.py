@@ -52,7 +52,7 @@ def causal_linear_attention(phi_q, phi_k, v, eps: float, chunk_size: int):
 
 class KernelizedAttention(nnx.Module):
     """Base of the linear kinds: a subclass sets `feature_dim` and defines `features(x)` for
-    [B, L, H, d] inputs, or `query_features` and `key_features` where the two sides differ."""
+    [B, L, H, d] inputs, or `feature_pair` where the two sides' features differ or depend on each other."""
 
     feature_dim: int
 
@@ -63,15 +63,13 @@ class KernelizedAttention(nnx.Module):
     def features(self, x):
         raise NotImplementedError
 
-    def query_features(self, q):
-        return self.features(q)
-
-    def key_features(self, k):
-        return self.features(k)
+    def feature_pair(self, q, k, key_mask):
+        """(phi(q), phi(k)); `key_mask` [B, Lk] (or None) marks the keys that will count."""
+        return self.features(q), self.features(k)
 
     def _feature_pair(self, q, k, mask):
-        phi_q, phi_k = self.query_features(q), self.key_features(k)
         key_mask = masks.key_padding(mask, k.shape[0], k.shape[1])
+        phi_q, phi_k = self.feature_pair(q, k, key_mask)
         if key_mask is not None:
             phi_k = phi_k * key_mask[:, :, None, None].astype(phi_k.dtype)
         return phi_q, phi_k

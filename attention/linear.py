@@ -1,4 +1,6 @@
-"""Linear attention with phi = elu + 1 (Katharopoulos et al. 2020)."""
+"""Linear (kernelised) attention kinds: each a feature map phi with exp(q.k) replaced by phi(q).phi(k)."""
+import jax
+import jax.numpy as jnp
 from flax import nnx
 
 from attention import feature_maps
@@ -8,6 +10,8 @@ from attention.registry import register
 
 @register("linear")
 class LinearAttention(KernelizedAttention):
+    """phi = elu + 1 (Katharopoulos et al. 2020)."""
+
     def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, eps: float = 1e-6,
                  chunk_size: int = 64):
         super().__init__(eps=eps, chunk_size=chunk_size)
@@ -15,3 +19,167 @@ class LinearAttention(KernelizedAttention):
 
     def features(self, x):
         return feature_maps.elu_plus_one(x)
+
+
+@register("relu")
+class ReluAttention(KernelizedAttention):
+    """phi = relu + relu_eps."""
+
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, eps: float = 1e-6,
+                 chunk_size: int = 64, relu_eps: float = 1e-3):
+        super().__init__(eps=eps, chunk_size=chunk_size)
+        self.feature_dim = head_dim
+        self.relu_eps = relu_eps
+
+    def features(self, x):
+        return feature_maps.relu_features(x, self.relu_eps)
+
+
+class RandomState(nnx.Variable):
+    """Random draws that belong to the model state (checkpointed, redrawn on schedule), never trained."""
+
+
+@register("performer")
+class PerformerAttention(KernelizedAttention):
+    """FAVOR+ (Choromanski et al. 2021): positive random features, phi(q).phi(k) an unbiased estimate
+    of exp(q.k / sqrt(d)) from `num_features` projections per head.
+
+    Stabilisers keep every exponent <= 0: a query row is divided by exp of its largest exponent, all
+    allowed keys of a (batch, head) by exp of the largest over those keys and features. Both factors
+    cancel in the normalisation, exactly so only without `eps`. Padded keys stay out of the key
+    stabiliser; future keys of a causal role do not (one constant serves every query), so a future key
+    can move an output by about eps / normaliser, ~1e-4 relative at eps = 1e-6: set eps = 0 where
+    that matters (the normaliser of positive features is > 0 anyway).
+
+    The projection is drawn at construction; with `redraw_every_steps` = N > 0 the train step redraws it
+    at steps 0, N, 2N, ... (`on_train_step`), and evaluation uses whichever draw is current.
+    """
+
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, eps: float = 1e-6,
+                 chunk_size: int = 64, num_features: int = 64, orthogonal: bool = True,
+                 redraw_every_steps: int = 0):
+        super().__init__(eps=eps, chunk_size=chunk_size)
+        if redraw_every_steps < 0:
+            raise ValueError(f"redraw_every_steps must be >= 0 (0: never redraw), got {redraw_every_steps}")
+        self.feature_dim = num_features
+        self.num_heads = num_heads
+        self.head_dim = head_dim
+        self.orthogonal = orthogonal
+        self.redraw_every_steps = redraw_every_steps
+        key = rngs.params()
+        self.base_key = RandomState(key)
+        self.projection = RandomState(self._draw(key))
+
+    def _draw(self, key):
+        """[H, m, d]: an independent projection per head."""
+        draw_one = lambda head_key: feature_maps.random_projection(
+            head_key, self.feature_dim, self.head_dim, self.orthogonal)
+        return jax.vmap(draw_one)(jax.random.split(key, self.num_heads))
+
+    def on_train_step(self, step):
+        """Called by the train step, inside jit: `step` is traced, hence lax.cond."""
+        if self.redraw_every_steps:
+            period = self.redraw_every_steps
+            self.projection[...] = jax.lax.cond(
+                step % period == 0,
+                lambda: self._draw(jax.random.fold_in(self.base_key[...], step // period)),
+                lambda: self.projection[...])
+
+    def feature_pair(self, q, k, key_mask):
+        projection = self.projection[...]
+        q, k = q * self.head_dim**-0.25, k * self.head_dim**-0.25
+        query_exponent = feature_maps.random_feature_exponent(q, projection)
+        key_exponent = feature_maps.random_feature_exponent(k, projection)
+        key_stabiliser = key_exponent.max((1, 3), keepdims=True)
+        if key_mask is not None:  # padded keys must not set the keys' scale
+            allowed = key_mask[:, :, None, None]
+            masked_max = jnp.where(allowed, key_exponent, -jnp.inf).max((1, 3), keepdims=True)
+            # A row without any allowed key (a padding row of a batch) keeps the plain max: finite.
+            key_stabiliser = jnp.where(allowed.any((1, 3), keepdims=True), masked_max, key_stabiliser)
+        query_stabiliser = query_exponent.max(-1, keepdims=True)
+        return (feature_maps.positive_random_features(q, projection, query_stabiliser),
+                feature_maps.positive_random_features(k, projection, key_stabiliser))
+
+
+def _check_even(option: str, value: int, why: str):
+    if value < 2 or value % 2:
+        raise ValueError(f"{option} must be a positive even integer, got {value}: {why}, which can "
+                         f"make the attention normaliser cross 0")
+
+
+@register("taylor")
+class TaylorAttention(KernelizedAttention):
+    """exp(q.k / sqrt(d)) replaced by its Taylor series up to `taylor_order`, exactly, with
+    C(d + p, p) features: the rank bound grows with the order as the series approaches softmax."""
+
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, eps: float = 1e-6,
+                 chunk_size: int = 64, taylor_order: int = 2):
+        super().__init__(eps=eps, chunk_size=chunk_size)
+        _check_even("taylor_order", taylor_order,
+                    "a Taylor series of exp cut at an odd order is negative somewhere (1 + x < 0 for x < -1)")
+        self.feature_dim = feature_maps.taylor_feature_dim(head_dim, taylor_order)
+        self.head_dim = head_dim
+        self.taylor_order = taylor_order
+
+    def features(self, x):
+        return feature_maps.taylor_features(x * self.head_dim**-0.25, self.taylor_order)
+
+
+@register("exp_limit")
+class ExpLimitAttention(KernelizedAttention):
+    """exp(q.k / sqrt(d)) replaced by (1 + q.k / (n sqrt(d)))^n, exactly, with C(d + n, n) features.
+
+    The feature dim C(d + n, n) for head_dim d and exp_limit_n n:
+
+        d \\ n      2        4            6
+        16       153     4,845       74,613
+        32       561    58,905    2,760,681
+        64     2,145   814,385  131,115,985
+
+    The linear form costs O(L m Dv) time and O(L m) memory per head, so it beats softmax's O(L^2 Dv)
+    only while m < L: n = 2 (153 to 2,145 features) suits sequences of hundreds to thousands of
+    positions; n = 4 (5k to 800k) exceeds any usual length, and n = 6 is out of reach.
+    """
+
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, eps: float = 1e-6,
+                 chunk_size: int = 64, exp_limit_n: int = 2):
+        super().__init__(eps=eps, chunk_size=chunk_size)
+        _check_even("exp_limit_n", exp_limit_n, "(1 + x/n)^n is negative for x < -n when n is odd")
+        self.feature_dim = feature_maps.exp_limit_feature_dim(head_dim, exp_limit_n)
+        self.head_dim = head_dim
+        self.exp_limit_n = exp_limit_n
+
+    def features(self, x):
+        return feature_maps.exp_limit_features(x * self.head_dim**-0.25, self.exp_limit_n)
+
+
+@register("cosformer")
+class CosformerAttention(KernelizedAttention):
+    """cosFormer (Qin et al. 2022): relu(q).relu(k) cos(pi (i - j) / (2M)), M = max(Lq, Lk), which
+    favours nearby positions and stays linear through cos(a - b) = cos a cos b + sin a sin b."""
+
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, eps: float = 1e-6,
+                 chunk_size: int = 64):
+        super().__init__(eps=eps, chunk_size=chunk_size)
+        self.feature_dim = 2 * head_dim
+
+    def feature_pair(self, q, k, key_mask):
+        # Both sides need M, which depends on both lengths: hence features of the pair, not of each side.
+        max_len = max(q.shape[1], k.shape[1])
+        return (feature_maps.cosformer_features(q, jnp.arange(q.shape[1]), max_len),
+                feature_maps.cosformer_features(k, jnp.arange(k.shape[1]), max_len))
+
+
+@register("hedgehog")
+class HedgehogAttention(KernelizedAttention):
+    """Hedgehog (Zhang et al. 2024): phi = softmax([xW, -xW]) with a learned W per head, initialised to
+    the identity, so that training can make linear attention as spiky as softmax."""
+
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, eps: float = 1e-6,
+                 chunk_size: int = 64):
+        super().__init__(eps=eps, chunk_size=chunk_size)
+        self.feature_dim = 2 * head_dim
+        self.weight = nnx.Param(jnp.tile(jnp.eye(head_dim), (num_heads, 1, 1)))
+
+    def features(self, x):
+        return feature_maps.hedgehog_features(x, self.weight[...])

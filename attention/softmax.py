@@ -1,4 +1,8 @@
-"""Scaled dot-product softmax attention (Vaswani et al. 2017)."""
+"""Attention as a masked softmax over a score matrix, and its dot-product kinds.
+
+`ScoreAttention` is the base of every kind whose weights are softmax(scores) over the allowed keys: a
+kind defines `scores(q, k)` and inherits the masking, the dropout and the weighted sum of values.
+"""
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -7,27 +11,88 @@ from attention import masks
 from attention.registry import register
 
 
-@register("softmax")
-class SoftmaxAttention(nnx.Module):
-    feature_dim = None  # exp(q.k) has no finite feature map: the matrix is not rank-bounded
+def dot_scores(q, k, scale: float = 1.0):
+    """scale * q.k for every query and key: [B, Lq, H, D], [B, Lk, H, D] -> float32 [B, H, Lq, Lk]."""
+    return jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * scale
 
-    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, dropout_rate: float = 0.0):
-        self.scale = head_dim**-0.5
+
+def masked_softmax(scores, allowed):
+    """Softmax over the keys (last axis) of float32 scores, zero where `allowed` is False.
+
+    `allowed` is None (every key allowed) or boolean, broadcastable to the scores. A finite fill keeps
+    a row with no allowed key (and its gradient) free of NaN; that row is then all zeros: it attends
+    to nothing.
+    """
+    if allowed is None:
+        return jax.nn.softmax(scores, axis=-1)
+    weights = jax.nn.softmax(jnp.where(allowed, scores, jnp.finfo(jnp.float32).min), axis=-1)
+    return jnp.where(allowed, weights, 0.0)
+
+
+class ScoreAttention(nnx.Module):
+    """Base of the kinds whose weights are a softmax of `scores(q, k)` over the allowed keys.
+
+    A subclass defines `scores`; it may narrow the allowed keys (`allowed`, e.g. to a window) or
+    change the weights themselves (`weights`); `__call__` applies dropout to whatever `weights` gives.
+    """
+
+    feature_dim = None  # a softmax over scores has no finite feature map: the matrix is not rank-bounded
+
+    def __init__(self, *, dropout_rate: float, rngs: nnx.Rngs):
         self.dropout = nnx.Dropout(dropout_rate, rngs=rngs)
 
+    def scores(self, q, k):
+        """[B, Lq, H, Dq], [B, Lk, H, Dk] -> float32 [B, H, Lq, Lk]."""
+        raise NotImplementedError
+
+    def allowed(self, q, k, mask, causal):
+        """The boolean mask of the keys each query may attend to, or None for all of them."""
+        return masks.combine(mask, causal, q.shape[1], k.shape[1])
+
     def weights(self, q, k, mask=None, *, causal=False):
-        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) * self.scale
-        mask = masks.combine(mask, causal, q.shape[1], k.shape[1])
-        if mask is None:
-            return jax.nn.softmax(scores, axis=-1)
-        # A finite fill keeps a row with no allowed key (and its gradient) free of NaN; that row is
-        # then all zeros: it attends to nothing.
-        weights = jax.nn.softmax(jnp.where(mask, scores, jnp.finfo(jnp.float32).min), axis=-1)
-        return jnp.where(mask, weights, 0.0)
+        return masked_softmax(self.scores(q, k), self.allowed(q, k, mask, causal))
+
+    def __call__(self, q, k, v, mask=None, *, causal=False):
+        weights = self.dropout(self.weights(q, k, mask, causal=causal)).astype(v.dtype)
+        return jnp.einsum("bhqk,bkhd->bqhd", weights, v)
+
+
+def _zero_rows_without_keys(out, allowed):
+    """out [B, Lq, H, Dv] with zeros for the queries that may attend to no key."""
+    batch, query_length, heads, _ = out.shape
+    has_key = jnp.broadcast_to(allowed, (batch, heads, query_length, allowed.shape[-1])).any(-1)
+    return jnp.where(has_key.transpose(0, 2, 1)[..., None], out, 0.0)
+
+
+@register("dot")
+class DotAttention(ScoreAttention):
+    """Luong et al. (2015) 'dot' score q.k, unscaled: its spread grows with head_dim, so the softmax
+    saturates sooner in wide heads than the scaled kind's."""
+
+    scaled = False
+
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, dropout_rate: float = 0.0):
+        super().__init__(dropout_rate=dropout_rate, rngs=rngs)
+        self.scale = head_dim**-0.5 if self.scaled else 1.0
+
+    def scores(self, q, k):
+        return dot_scores(q, k, self.scale)
 
     def __call__(self, q, k, v, mask=None, *, causal=False):
         dropout_active = self.dropout.rate > 0 and not self.dropout.deterministic
         if dropout_active or q.shape[-1] != v.shape[-1]:
-            weights = self.dropout(self.weights(q, k, mask, causal=causal)).astype(v.dtype)
-            return jnp.einsum("bhqk,bkhd->bqhd", weights, v)
-        return jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=causal, scale=self.scale)
+            return super().__call__(q, k, v, mask, causal=causal)
+        allowed = self.allowed(q, k, mask, causal)
+        out = jax.nn.dot_product_attention(q, k, v, mask=allowed, scale=self.scale)
+        # dot_product_attention spreads a row with no allowed key uniformly over all keys; here such a
+        # row attends to nothing, as in `weights`.
+        return out if allowed is None else _zero_rows_without_keys(out, allowed)
+
+
+@register("scaled_dot")
+@register("softmax")
+class SoftmaxAttention(DotAttention):
+    """Scaled dot-product attention (Vaswani et al. 2017): q.k / sqrt(head_dim) keeps the scores'
+    spread near 1 at any head width."""
+
+    scaled = True

@@ -43,6 +43,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.attention.dropout_rate = 0.0  # softmax kinds: dropout on the attention weights
     config.attention.eps = 1e-6  # kernelised kinds: added to the normaliser
     config.attention.chunk_size = 64  # kernelised kinds: causal chunk length
+    config.attention.hidden_dim = 0  # additive: width of the score MLP; 0 = head_dim
+    config.attention.window = 3  # local kinds: keys within +-window of the aligned position
+    config.attention.top_k = 1  # hard: keys attended in the forward pass (1 = classic hard attention)
+    config.attention.relu_eps = 1e-3  # relu: added to the features so the normaliser stays positive
+    config.attention.num_features = 64  # performer: random features m (the rank bound)
+    config.attention.orthogonal = True  # performer: orthogonal random blocks, else iid rows
+    config.attention.redraw_every_steps = 0  # performer: redraw the features every N steps; 0 = fixed
+    config.attention.taylor_order = 2  # taylor: even order of the truncated exp series
+    config.attention.exp_limit_n = 2  # exp_limit: even n of (1 + q.k/(n sqrt d))^n
 
     config.dataset = ml_collections.ConfigDict()
     config.dataset.name = "scan"  # "scan" (generated) or "files" (train_file / test_file)

@@ -112,6 +112,8 @@ ERRORS = [
     ({"dataset.name": "scan", "dataset.split": "nope"}, ConfigError, "simple, length, add_jump"),
     ({"dataset.train_file": "/nonexistent/train.tsv"}, ConfigError, "/nonexistent/train.tsv.*not found"),
     ({"attention.num_fetures": 3}, ConfigError, "num_fetures"),
+    ({"attention.name": "taylor", "attention.taylor_order": 3}, ConfigError, "taylor_order"),
+    ({"attention.cross": "local", "attention.window": -1}, ConfigError, "kind 'local'.*window"),
 ]
 
 

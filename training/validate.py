@@ -1,6 +1,8 @@
 """Config checks that run before any data is built or anything is compiled."""
 import os
 
+from flax import nnx
+
 import attention
 from data import scan_grammar
 
@@ -41,6 +43,18 @@ def kind_options(config) -> dict[str, dict]:
     return {kind: attention.select_options(kind, candidates) for kind in set(role_kinds(config).values())}
 
 
+def _check_kind_options(config) -> None:
+    """Builds each kind in use once, so that its own checks of its options (an odd Taylor order, a
+    window below 1, ...) fail here, before any data is built or anything is compiled."""
+    head_dim = config.model.d_model // config.model.num_heads
+    for kind, options in kind_options(config).items():
+        try:
+            attention.create(kind, num_heads=config.model.num_heads, head_dim=head_dim,
+                             rngs=nnx.Rngs(0), **options)
+        except ValueError as error:
+            raise ConfigError(f"config.attention options for kind {kind!r}: {error}") from None
+
+
 def validate(config) -> None:
     _choice("task", config.task, TASKS)
     for field in POSITIVE_INTS:
@@ -55,6 +69,7 @@ def validate(config) -> None:
     if config.model.d_model % config.model.num_heads:
         raise ConfigError(f"config.model.d_model={config.model.d_model} is not divisible by "
                           f"config.model.num_heads={config.model.num_heads}")
+    _check_kind_options(config)
     _choice("model.positions", config.model.positions, POSITIONS)
     _choice("dataset.name", config.dataset.name, DATASETS)
     if config.dataset.name == "scan":

@@ -1,0 +1,42 @@
+"""Hard attention trained with the straight-through estimator."""
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from attention.registry import register
+from attention.softmax import ScoreAttention, dot_scores, masked_softmax
+
+
+@register("hard")
+class HardAttention(ScoreAttention):
+    """Each query attends only to its `top_k` highest-scoring allowed keys (scaled dot-product scores),
+    with the softmax renormalised over them; top_k = 1 is classic hard attention.
+
+    The selection has no gradient, so the backward pass is the soft one (straight-through): weights =
+    soft + stop_gradient(hard - soft), soft being the softmax over all allowed keys. Ties go to the
+    lowest key index (jax.lax.top_k's rule); a query with fewer than top_k allowed keys attends to
+    all of them, and a disallowed key is never chosen.
+    """
+
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, dropout_rate: float = 0.0,
+                 top_k: int = 1):
+        if top_k < 1:
+            raise ValueError(f"hard attention needs top_k >= 1, got {top_k}")
+        super().__init__(dropout_rate=dropout_rate, rngs=rngs)
+        self.scale = head_dim**-0.5
+        self.top_k = top_k
+
+    def scores(self, q, k):
+        return dot_scores(q, k, self.scale)
+
+    def weights(self, q, k, mask=None, *, causal=False):
+        scores = self.scores(q, k)
+        allowed = self.allowed(q, k, mask, causal)
+        if allowed is None:
+            allowed = jnp.ones(scores.shape[-1], bool)
+        # -inf ranks every disallowed key below every allowed one.
+        _, top = jax.lax.top_k(jnp.where(allowed, scores, -jnp.inf), min(self.top_k, scores.shape[-1]))
+        chosen = jax.nn.one_hot(top, scores.shape[-1], dtype=bool).any(axis=-2)
+        soft = masked_softmax(scores, allowed)
+        hard = masked_softmax(scores, jnp.logical_and(allowed, chosen))
+        return soft + jax.lax.stop_gradient(hard - soft)

@@ -1,0 +1,93 @@
+"""Luong et al. (2015) local attention: each query sees only a window of 2 * `window` + 1 keys around
+an aligned position, monotonic (local-m) or predicted from the query (local-p)."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from attention.registry import register
+from attention.scored import lecun_normal_per_head
+from attention.softmax import ScoreAttention, SoftmaxAttention, dot_scores, masked_softmax
+
+
+def _check_window(window: int, smallest: int) -> None:
+    if window < smallest:
+        raise ValueError(f"local attention needs window >= {smallest}, got {window}")
+
+
+def aligned_positions(query_length: int, key_length: int):
+    """Local-m's p_i: i when Lq == Lk, else i * (Lk - 1) / (Lq - 1) rounded half up, so the first and
+    last queries align with the first and last keys (a single query aligns with key 0). The lengths
+    are the padded ones: the alignment is static."""
+    i = np.arange(query_length)
+    # Round half up in integer arithmetic: floor((2 i (Lk - 1) + (Lq - 1)) / (2 (Lq - 1))).
+    return (2 * i * (key_length - 1) + query_length - 1) // (2 * max(query_length - 1, 1))
+
+
+def window_band(query_length: int, key_length: int, window: int):
+    """[Lq, Lk] mask, True where key s is within `window` of query i's aligned position."""
+    distance = np.arange(key_length)[None, :] - aligned_positions(query_length, key_length)[:, None]
+    return jnp.asarray(np.abs(distance) <= window)
+
+
+@register("local")
+class LocalAttention(SoftmaxAttention):
+    """Local-m: scaled dot-product attention restricted to keys within `window` of the aligned position
+    (see `aligned_positions`), together with the padding and causal masks."""
+
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, dropout_rate: float = 0.0,
+                 window: int = 3):
+        _check_window(window, 0)
+        super().__init__(num_heads=num_heads, head_dim=head_dim, rngs=rngs, dropout_rate=dropout_rate)
+        self.window = window
+
+    def allowed(self, q, k, mask, causal):
+        band = window_band(q.shape[1], k.shape[1], self.window)
+        allowed = super().allowed(q, k, mask, causal)
+        return band if allowed is None else jnp.logical_and(allowed, band)
+
+
+@register("local_predictive")
+class LocalPredictiveAttention(ScoreAttention):
+    """Local-p: query i predicts its aligned position p_i = S_i * sigmoid(v_h^T tanh(W_h^T q_i)).
+
+    S_i is the position of the last key query i may attend to: Lk - 1 with no mask, i under a causal
+    mask (a position in its past), the source length - 1 under key padding (Luong's S). Keys s with
+    |s - p_i| <= D (D = `window`) get the softmax of scaled dot-product scores over that window and
+    the other masks, multiplied by exp(-(s - p_i)^2 / (2 sigma^2)), sigma = D / 2; the Gaussian is
+    what carries the gradient to W and v (the window's edges are steps).
+
+    As in Luong, the weights are not renormalised after the Gaussian: a row sums to at most 1 (at
+    least e^-2 when its window holds an allowed key), not to 1 as in the other kinds; `weights`
+    returns exactly what `__call__` uses.
+    """
+
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, dropout_rate: float = 0.0,
+                 window: int = 3):
+        _check_window(window, 1)  # sigma = window / 2 must be positive
+        super().__init__(dropout_rate=dropout_rate, rngs=rngs)
+        self.scale = head_dim**-0.5
+        self.window = window
+        self.position_projection = lecun_normal_per_head(rngs, (num_heads, head_dim, head_dim))
+        self.position_vector = lecun_normal_per_head(rngs, (num_heads, head_dim))
+
+    def scores(self, q, k):
+        return dot_scores(q, k, self.scale)
+
+    def predicted_positions(self, q, last_key):
+        """p_i [B, H, Lq] (float32) for q [B, Lq, H, Dk] and S_i = last_key [B, H, Lq]."""
+        hidden = jnp.tanh(jnp.einsum("bqhd,hde->bhqe", q, self.position_projection[...]))
+        fraction = jax.nn.sigmoid(jnp.einsum("bhqe,he->bhq", hidden, self.position_vector[...]))
+        return last_key * fraction.astype(jnp.float32)
+
+    def weights(self, q, k, mask=None, *, causal=False):
+        key_positions = jnp.arange(k.shape[1])
+        allowed = self.allowed(q, k, mask, causal)
+        if allowed is None:
+            allowed = jnp.ones(k.shape[1], bool)
+        last_key = jnp.max(jnp.where(allowed, key_positions, 0), axis=-1)
+        distance = key_positions - self.predicted_positions(q, last_key)[..., None]
+        in_window = jnp.logical_and(allowed, jnp.abs(distance) <= self.window)
+        sigma = self.window / 2
+        gaussian = jnp.exp(-jnp.square(distance) / (2 * sigma**2))
+        return masked_softmax(self.scores(q, k), in_window) * gaussian

@@ -1,0 +1,362 @@
+"""Kernelised attention kinds against dense references whose feature maps are written out here."""
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import attention
+from attention import feature_maps
+
+B, L, H, D = 2, 13, 3, 4
+KINDS = ["cosformer", "exp_limit", "hedgehog", "performer", "relu", "taylor"]
+
+
+def _inputs(seed=0, lq=L, lk=L, head_dim=D, norm=None):
+    rng = np.random.default_rng(seed)
+    q = rng.normal(size=(B, lq, H, head_dim)).astype(np.float32)
+    k = rng.normal(size=(B, lk, H, head_dim)).astype(np.float32)
+    v = rng.normal(size=(B, lk, H, head_dim)).astype(np.float32)
+    if norm is not None:
+        q, k = (norm * x / np.linalg.norm(x, axis=-1, keepdims=True) for x in (q, k))
+    key_valid = np.ones((B, lk), bool)
+    key_valid[0, lk - 4 :] = False  # example 0 has 4 padded keys
+    return q, k, v, key_valid
+
+
+# m = 8 < L lets performer's rank bound bind, and one projection shape means one draw to compile.
+TEST_OPTIONS = {"performer": {"num_features": 8}}
+
+
+def _key(seed):
+    # rbg rather than the default threefry, whose random bits take seconds to compile on CPU.
+    return jax.random.key(seed, impl="rbg")
+
+
+def _create(name, head_dim=D, **options):
+    options = {**TEST_OPTIONS.get(name, {}), **options}
+    module = attention.create(name, num_heads=H, head_dim=head_dim, rngs=nnx.Rngs(_key(0)), **options)
+    if name == "hedgehog":  # away from the identity it starts at, as after some training
+        noise = np.random.default_rng(1).normal(scale=0.5, size=module.weight[...].shape)
+        module.weight[...] = module.weight[...] + jnp.asarray(noise, jnp.float32)
+    return module
+
+
+def _mask(key_valid):
+    return jnp.asarray(key_valid[:, None, None, :])
+
+
+def _allowed(key_valid, lq, causal):
+    allowed = np.broadcast_to(key_valid[:, None, None, :], (B, H, lq, key_valid.shape[1]))
+    if causal:
+        allowed = allowed & np.tril(np.ones((lq, lq), bool))
+    return allowed
+
+
+def _traced(function, *args):
+    """function(*args) under jit: one compilation, where eager calls would compile each new operation."""
+    return jax.jit(function)(*args)
+
+
+@functools.cache
+def _attention(name, causal, **options):
+    """A module of kind `name` in chunks of 5 (which do not divide L), and its jitted
+    (q, k, v, mask) -> (output, weights); cached so that tests on the same shapes share a compilation."""
+    module = _create(name, chunk_size=5, **options)
+    attend = jax.jit(lambda q, k, v, mask: (module(q, k, v, mask, causal=causal),
+                                            module.weights(q, k, mask, causal=causal)))
+    return module, attend
+
+
+@functools.cache
+def _differentiated(name):
+    """A module of kind `name`, its learned params, and the jitted (q, k, v, params, mask, cotangent) ->
+    (gradients of sum(output * cotangent) for q, k, v, params; output) of causal attention, cached."""
+    module = _create(name, chunk_size=5)
+    graphdef, params, rest = nnx.split(module, nnx.Param, ...)  # hedgehog's weight, else nothing
+
+    def loss(q, k, v, params, mask, cotangent):
+        out = nnx.merge(graphdef, params, rest)(q, k, v, mask, causal=True)
+        return (out.astype(jnp.float32) * cotangent).sum(), out
+
+    return module, params, jax.jit(jax.grad(loss, (0, 1, 2, 3), has_aux=True))
+
+
+def _module_arrays(module):
+    """What a reference reads from the module: its learned weight or its random projection."""
+    return {name: getattr(module, name)[...] for name in ("weight", "projection") if hasattr(module, name)}
+
+
+# Reference feature pairs (phi(q), phi(k)) for [B, L, H, d] inputs, in numpy or jnp (xp).
+
+def _relu(q, k, xp):
+    phi = lambda x: xp.maximum(x, 0) + 1e-3
+    return phi(q), phi(k)
+
+
+def _taylor(q, k, xp):  # order 2, uncompressed: [1, x, x (x) x / sqrt 2] . [...] = 1 + s + s^2 / 2
+    def phi(x):
+        x = x * q.shape[-1] ** -0.25
+        outer = (x[..., :, None] * x[..., None, :]).reshape(x.shape[:-1] + (-1,))
+        return xp.concatenate([xp.ones_like(x[..., :1]), x, outer / np.sqrt(2)], axis=-1)
+
+    return phi(q), phi(k)
+
+
+def _exp_limit(q, k, xp):  # n = 2: z = [1, x / sqrt 2], phi = z (x) z, phi . phi = (z . z)^2
+    def phi(x):
+        x = x * q.shape[-1] ** -0.25
+        z = xp.concatenate([xp.ones_like(x[..., :1]), x / np.sqrt(2)], axis=-1)
+        return (z[..., :, None] * z[..., None, :]).reshape(z.shape[:-1] + (-1,))
+
+    return phi(q), phi(k)
+
+
+def _cosformer(q, k, xp):
+    max_len = max(q.shape[1], k.shape[1])
+
+    def phi(x):
+        angle = (np.pi * np.arange(x.shape[1]) / (2 * max_len))[None, :, None, None]
+        relu = xp.maximum(x, 0)
+        return xp.concatenate([relu * np.cos(angle), relu * np.sin(angle)], axis=-1)
+
+    return phi(q), phi(k)
+
+
+def _hedgehog(q, k, xp, weight):
+    def phi(x):
+        projected = xp.einsum("blhd,hde->blhe", x, weight)
+        logits = xp.concatenate([projected, -projected], axis=-1)
+        e = xp.exp(logits - logits.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+
+    return phi(q), phi(k)
+
+
+def _performer(q, k, xp, projection, key_valid):
+    def exponent(x):
+        x = x * q.shape[-1] ** -0.25
+        return xp.einsum("blhd,hmd->blhm", x, projection) - (x * x).sum(-1, keepdims=True) / 2
+
+    scale = 1 / np.sqrt(projection.shape[1])
+    eq, ek = exponent(q), exponent(k)
+    # Stabilisers: per query row, and per (batch, head) over the unpadded keys and all features.
+    key_max = xp.where(key_valid, ek, -np.inf).max(axis=(1, 3), keepdims=True)
+    return xp.exp(eq - eq.max(-1, keepdims=True)) * scale, xp.exp(ek - key_max) * scale
+
+
+REFERENCE_FEATURES = {"relu": _relu, "taylor": _taylor, "exp_limit": _exp_limit, "cosformer": _cosformer,
+                      "hedgehog": _hedgehog, "performer": _performer}
+
+
+def reference(name, module, q, k, v, allowed, xp=np, eps=1e-6, arrays=None):
+    """normalize(phi(Q) phi(K)^T masked) V and the weights; numpy in float64 unless xp is jnp."""
+    arrays = _module_arrays(module) if arrays is None else arrays
+    if xp is np:
+        q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+        arrays = {key: np.asarray(value, np.float64) for key, value in arrays.items()}
+    if name == "performer":  # its key stabiliser ignores padded keys: [B, Lk, H, 1]
+        arrays = {**arrays, "key_valid": xp.transpose(allowed.any(2), (0, 2, 1))[..., None]}
+    phi_q, phi_k = REFERENCE_FEATURES[name](q, k, xp, **arrays)
+    scores = xp.einsum("bqhm,bkhm->bhqk", phi_q, phi_k) * allowed
+    weights = scores / (scores.sum(-1, keepdims=True) + eps)
+    return xp.einsum("bhqk,bkhd->bqhd", weights, v), weights
+
+
+@pytest.mark.parametrize("name", KINDS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_output_and_weights_match_dense_reference(name, causal):
+    q, k, v, key_valid = _inputs()
+    module, attend = _attention(name, causal)
+    expected, expected_weights = reference(name, module, q, k, v, _allowed(key_valid, L, causal))
+    out, weights = attend(q, k, v, _mask(key_valid))
+    np.testing.assert_allclose(out, expected, atol=2e-5, rtol=2e-5)
+    np.testing.assert_allclose(weights, expected_weights, atol=2e-6)
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_cross_attention_with_other_key_length(name):
+    q, k, v, key_valid = _inputs(seed=2, lq=5, lk=9)
+    module, attend = _attention(name, False)
+    expected, expected_weights = reference(name, module, q, k, v, _allowed(key_valid, 5, False))
+    out, weights = attend(q, k, v, _mask(key_valid))
+    np.testing.assert_allclose(out, expected, atol=2e-5, rtol=2e-5)
+    np.testing.assert_allclose(weights, expected_weights, atol=2e-6)
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_gradients_match_dense_reference(name):
+    # Causal, in chunks that do not divide L; the bidirectional path is the base's, as for `linear`.
+    q, k, v, key_valid = _inputs(seed=3)
+    allowed = jnp.asarray(_allowed(key_valid, L, True))
+    cotangent = jnp.asarray(np.random.default_rng(4).normal(size=(B, L, H, D)), jnp.float32)
+    module, params, gradients = _differentiated(name)
+
+    def dense(q, k, v, params):
+        arrays = {**_module_arrays(module), **{key: param[...] for key, param in params.items()}}
+        return (reference(name, module, q, k, v, allowed, xp=jnp, arrays=arrays)[0] * cotangent).sum()
+
+    got, _ = gradients(q, k, v, params, _mask(key_valid), cotangent)
+    want = jax.jit(jax.grad(dense, (0, 1, 2, 3)))(q, k, v, params)
+    assert len(jax.tree.leaves(got)) == (4 if name == "hedgehog" else 3)
+    for got_leaf, want_leaf in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_allclose(got_leaf, want_leaf, atol=5e-5, rtol=5e-5)
+
+
+@pytest.mark.parametrize("name", KINDS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_output_ignores_masked_and_future_keys(name, causal):
+    q, k, v, key_valid = _inputs(seed=5)
+    # Performer's key stabiliser is a max over all keys, masked and future ones included. It cancels in
+    # the normalisation exactly only without eps: eps lets it leak at the eps / normaliser level.
+    _, attend = _attention(name, causal, **({"eps": 0.0} if name == "performer" else {}))
+    out, _ = attend(q, k, v, _mask(key_valid))
+    k2, v2 = k.copy(), v.copy()
+    k2[~key_valid], v2[~key_valid] = 100.0, -100.0  # garbage in padded keys
+    if causal:  # and in the future of query 6: only its outputs up to 6 must stay
+        k2[:, 7:], v2[:, 7:] = 50.0, 50.0
+    out2, _ = attend(q, k2, v2, _mask(key_valid))
+    upto = 7 if causal else L
+    np.testing.assert_allclose(out2[:, :upto], out[:, :upto], atol=1e-5)
+
+
+@pytest.mark.parametrize("dim, degree", [(1, 2), (3, 3), (3, 4), (8, 2), (5, 6)])
+def test_taylor_and_exp_limit_features_equal_their_closed_forms(dim, degree):
+    x, y = np.random.default_rng(dim * 10 + degree).normal(scale=0.7, size=(2, 5, dim)).astype(np.float32)
+    dot = (np.asarray(x, np.float64) * y).sum(-1)
+    feature_maps_under_test = (feature_maps.taylor_features, feature_maps.exp_limit_features)
+    kernels = lambda x, y: [(phi(x, degree) * phi(y, degree)).sum(-1) for phi in feature_maps_under_test]
+    taylor, exp_limit = _traced(kernels, x, y)
+    np.testing.assert_allclose(taylor, sum(dot**j / math.factorial(j) for j in range(degree + 1)),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(exp_limit, (1 + dot / degree) ** degree, rtol=1e-5, atol=1e-6)
+    count = math.comb(dim + degree, degree)
+    assert feature_maps.taylor_feature_dim(dim, degree) == count
+    assert feature_maps.exp_limit_feature_dim(dim, degree) == count
+    for phi in feature_maps_under_test:
+        assert jax.eval_shape(lambda x: phi(x, degree), x).shape == (5, count)
+
+
+def _kernel_estimates(orthogonal, q, k, num_features, num_draws=2000):
+    """phi(q).phi(k) without stabiliser, [num_draws, pairs] per number of features: one row per draw.
+
+    The first m rows of a projection are a projection of m rows (its first m / d blocks when orthogonal),
+    so one draw of the largest size serves every m.
+    """
+    def estimates(key):
+        projection = feature_maps.random_projection(key, max(num_features), q.shape[-1], orthogonal)
+        return [(feature_maps.positive_random_features(q, projection[:m])
+                 * feature_maps.positive_random_features(k, projection[:m])).sum(-1) for m in num_features]
+
+    keys = jax.random.split(_key(0), num_draws)
+    return [np.asarray(e, np.float64) for e in jax.jit(jax.vmap(estimates))(keys)]
+
+
+@pytest.mark.parametrize("orthogonal", [True, False])
+def test_performer_estimate_of_exp_is_unbiased_and_sharpens_with_more_features(orthogonal):
+    q, k, _, _ = _inputs(seed=8)
+    q, k = q[0, :4, 0] * D**-0.25, k[0, :4, 0] * D**-0.25  # four (q, k) pairs, scaled as in the module
+    exact = np.exp((np.asarray(q, np.float64) * k).sum(-1))
+    few, many = _kernel_estimates(orthogonal, q, k, num_features=(16, 256))
+    for estimates in (few, many):
+        standard_error = estimates.std(0) / np.sqrt(len(estimates))
+        assert np.all(np.abs(estimates.mean(0) - exact) < 4 * standard_error)
+    # The relative error shrinks as 1/sqrt(m): to a quarter from m = 16 to 256, in expectation.
+    rms_relative_error = lambda estimates: np.sqrt(np.mean(((estimates - exact) / exact) ** 2))
+    assert rms_relative_error(many) < 0.5 * rms_relative_error(few)
+
+
+def test_orthogonal_projection_has_orthogonal_rows_within_each_block():
+    rows = np.asarray(_traced(lambda key: feature_maps.random_projection(key, 10, 4), _key(3)), np.float64)
+    for block in (rows[0:4], rows[4:8], rows[8:10]):  # blocks of dim rows, the last one truncated
+        gram = block @ block.T
+        np.testing.assert_allclose(gram - np.diag(np.diag(gram)), 0, atol=1e-5)
+
+
+def test_performer_redraws_its_projection_on_schedule_and_only_in_training():
+    module = _create("performer", redraw_every_steps=3)
+    graphdef, state = nnx.split(module)
+
+    @jax.jit
+    def train_step(state, step):  # as the train step calls it: inside jit on the traced step
+        model = nnx.merge(graphdef, state)
+        model.on_train_step(step)
+        return nnx.state(model)
+
+    projections = [np.asarray(module.projection[...])]
+    for step in range(5):
+        state = train_step(state, jnp.int32(step))
+        projections.append(np.asarray(nnx.merge(graphdef, state).projection[...]))
+    changed = [not np.array_equal(before, after) for before, after in zip(projections, projections[1:])]
+    assert changed == [True, False, False, True, False]  # steps 0 and 3
+
+    q, k, v, key_valid = _inputs()
+    forward = nnx.jit(lambda module, q, k, v: module(q, k, v, _mask(key_valid)))  # carries state changes out
+    first = forward(module, q, k, v)
+    np.testing.assert_array_equal(forward(module, q, k, v), first)
+    np.testing.assert_array_equal(module.projection[...], projections[0])
+
+
+def test_performer_projection_is_state_but_not_a_parameter():
+    module = _create("performer")
+    assert module.projection[...].shape == (H, 8, D)
+    assert not jax.tree.leaves(nnx.state(module, nnx.Param))
+    assert any(leaf.shape == (H, 8, D) for leaf in jax.tree.leaves(nnx.state(module)))
+
+
+# Every feature dim below L = 13: taylor and exp_limit need head_dim 2 for it (C(2 + 2, 2) = 6).
+RANK_CASES = [("linear", {}), ("relu", {}), ("performer", {}), ("cosformer", {}), ("hedgehog", {}),
+              ("taylor", {"head_dim": 2}), ("exp_limit", {"head_dim": 2})]
+
+
+def _numerical_rank(matrix):  # float32 weights: singular values below 1e-5 of the largest are round-off
+    s = np.linalg.svd(np.asarray(matrix, np.float64), compute_uv=False)
+    return int((s > 1e-5 * s[0]).sum())
+
+
+@pytest.mark.parametrize("name, options", RANK_CASES)
+def test_rank_is_bounded_by_feature_dim_bidirectionally_but_not_causally(name, options):
+    q, k, v, _ = _inputs(seed=6, head_dim=options.get("head_dim", D))
+    no_padding = jnp.ones((B, 1, 1, L), bool)
+    module, attend_bidirectional = _attention(name, False, **options)
+    _, attend_causal = _attention(name, True, **options)
+    assert module.feature_dim < L
+    _, bidirectional = attend_bidirectional(q, k, v, no_padding)
+    _, causal = attend_causal(q, k, v, no_padding)
+    for b in range(B):
+        for h in range(H):
+            assert _numerical_rank(bidirectional[b, h]) <= module.feature_dim
+            assert _numerical_rank(causal[b, h]) > module.feature_dim
+
+
+def _all_finite(tree):
+    return all(np.all(np.isfinite(np.asarray(x, np.float32))) for x in jax.tree.leaves(tree))
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_outputs_and_gradients_stay_finite_for_large_inputs(name):
+    q, k, v, key_valid = _inputs(seed=9, norm=10.0)
+    k[:, :, :, :] = np.where(np.arange(L)[None, :, None, None] % 2, q, -q)  # q.k = +-100 exactly
+    _, params, gradients = _differentiated(name)
+    # Causal: the first queries' normalisers sum one or two terms, the likeliest to vanish.
+    grads, out = gradients(q, k, v, params, _mask(key_valid), jnp.ones((B, L, H, D)))
+    assert _all_finite(out) and _all_finite(grads)
+
+
+def test_performer_stays_finite_in_bfloat16():
+    q, k, v, key_valid = _inputs(seed=10, norm=10.0)
+    q, k, v = (jnp.asarray(x, jnp.bfloat16) for x in (q, k, v))
+    _, params, gradients = _differentiated("performer")
+    grads, out = gradients(q, k, v, params, _mask(key_valid), jnp.ones((B, L, H, D)))
+    assert all(x.dtype == jnp.bfloat16 for x in (out, *grads[:3]))
+    assert _all_finite(out) and _all_finite(grads)
+
+
+@pytest.mark.parametrize("option", ["taylor_order", "exp_limit_n"])
+def test_odd_orders_are_refused_since_the_normaliser_could_cross_zero(option):
+    name = "taylor" if option == "taylor_order" else "exp_limit"
+    with pytest.raises(ValueError, match=f"{option} must be a positive even integer, got 3: .*negative"):
+        _create(name, **{option: 3})
