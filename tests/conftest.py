@@ -4,6 +4,9 @@ import os
 import pytest
 
 os.environ["WANDB_MODE"] = "disabled"
+# The suite compiles hundreds of tiny programs: LLVM's optimisation is about a quarter of its CPU time
+# and buys nothing at these shapes. Set before any test module imports JAX.
+os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0".strip()
 
 
 @pytest.fixture(scope="session")
