@@ -2,7 +2,9 @@
 import jax
 import jax.numpy as jnp
 
-BOS, EOS, PAD = 1, 2, 0
+from data.vocab import Vocabulary
+
+BOS, EOS, PAD = Vocabulary.BOS, Vocabulary.EOS, Vocabulary.PAD
 
 
 def greedy_decode(model, source, max_len: int):

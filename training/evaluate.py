@@ -10,6 +10,7 @@ from flax import nnx
 
 from analysis import plots, rank
 from data import pipeline
+from data.vocab import Vocabulary
 from models import ROLES
 from models.decoding import greedy_decode
 from training import translation, validate
@@ -79,8 +80,8 @@ def attention_analysis(config, workdir, model, data):
     batch = {name: array[rows] for name, array in data.test.items()}
     captured = attention_weights(model, batch)
     weights = {role: captured[role] for role in ROLES}  # JAX returns dict keys sorted
-    source_len = (batch["source"] != 0).sum(1)
-    target_len = (batch["decoder_input"] != 0).sum(1)
+    source_len = (batch["source"] != Vocabulary.PAD).sum(1)
+    target_len = (batch["decoder_input"] != Vocabulary.PAD).sum(1)
     query_len = {"encoder_self": source_len, "decoder_self": target_len, "cross": target_len}
     key_len = {"encoder_self": source_len, "decoder_self": target_len, "cross": source_len}
     bounds = translation.rank_bounds(model)
