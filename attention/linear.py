@@ -45,11 +45,11 @@ class PerformerAttention(KernelizedAttention):
     of exp(q.k / sqrt(d)) from `num_features` projections per head.
 
     Stabilisers keep every exponent <= 0: a query row is divided by exp of its largest exponent, all
-    allowed keys of a (batch, head) by exp of the largest over those keys and features. Both factors
-    cancel in the normalisation, exactly so only without `eps`. Padded keys stay out of the key
-    stabiliser; future keys of a causal role do not (one constant serves every query), so a future key
-    can move an output by about eps / normaliser, ~1e-4 relative at eps = 1e-6: set eps = 0 where
-    that matters (the normaliser of positive features is > 0 anyway).
+    allowed keys of a (batch, head) by exp of the largest over those keys and features (padded keys
+    excluded). The base rescales eps by the same factors, so the output is the unstabilised
+    num / (den + eps) and a causal query's output does not depend on future keys, though they share
+    its key stabiliser. What a shared stabiliser cannot avoid: keys far below the largest one lose
+    relative precision, as in any softmax computed with a global max.
 
     The projection is drawn at construction; with `redraw_every_steps` = N > 0 the train step redraws it
     at steps 0, N, 2N, ... (`on_train_step`), and evaluation uses whichever draw is current.
@@ -98,7 +98,8 @@ class PerformerAttention(KernelizedAttention):
             key_stabiliser = jnp.where(allowed.any((1, 3), keepdims=True), masked_max, key_stabiliser)
         query_stabiliser = query_exponent.max(-1, keepdims=True)
         return (feature_maps.positive_random_features(q, projection, query_stabiliser),
-                feature_maps.positive_random_features(k, projection, key_stabiliser))
+                feature_maps.positive_random_features(k, projection, key_stabiliser),
+                query_stabiliser + key_stabiliser)
 
 
 def _check_even(option: str, value: int, why: str):
@@ -167,7 +168,7 @@ class CosformerAttention(KernelizedAttention):
         # Both sides need M, which depends on both lengths: hence features of the pair, not of each side.
         max_len = max(q.shape[1], k.shape[1])
         return (feature_maps.cosformer_features(q, jnp.arange(q.shape[1]), max_len),
-                feature_maps.cosformer_features(k, jnp.arange(k.shape[1]), max_len))
+                feature_maps.cosformer_features(k, jnp.arange(k.shape[1]), max_len), 0.0)
 
 
 @register("hedgehog")
