@@ -8,7 +8,7 @@ e.g. `--config=configs/translation.py:attention=linear,split=length`.
 """
 import ml_collections
 
-from configs import presets
+from configs import common, presets
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -35,23 +35,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.model.positions = "sinusoidal"  # or "learned"
     config.model.tied_embeddings = True  # output projection = target embedding^T
 
-    config.attention = ml_collections.ConfigDict()
-    config.attention.name = "softmax"  # every role, unless a role below overrides it
-    config.attention.encoder_self = ""  # empty: attention.name
-    config.attention.decoder_self = ""
-    config.attention.cross = ""
-    config.attention.dropout_rate = 0.0  # softmax kinds: dropout on the attention weights
-    config.attention.eps = 1e-6  # kernelised kinds: added to the normaliser
-    config.attention.chunk_size = 64  # kernelised kinds: causal chunk length
-    config.attention.hidden_dim = 0  # additive: width of the score MLP; 0 = head_dim
-    config.attention.window = 3  # local kinds: keys within +-window of the aligned position
-    config.attention.top_k = 1  # hard: keys attended in the forward pass (1 = classic hard attention)
-    config.attention.relu_eps = 1e-3  # relu: added to the features so the normaliser stays positive
-    config.attention.num_features = 64  # performer: random features m (the rank bound)
-    config.attention.orthogonal = True  # performer: orthogonal random blocks, else iid rows
-    config.attention.redraw_every_steps = 0  # performer: redraw the features every N steps; 0 = fixed
-    config.attention.taylor_order = 2  # taylor: even order of the truncated exp series
-    config.attention.exp_limit_n = 2  # exp_limit: even n of (1 + q.k/(n sqrt d))^n
+    config.attention = common.attention_config()
 
     config.dataset = ml_collections.ConfigDict()
     config.dataset.name = "scan"  # "scan" (generated) or "files" (train_file / test_file)
@@ -65,17 +49,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.eval.rank_examples = 32  # test examples whose attention matrices are analysed
     config.eval.plots = True
 
-    config.wandb = ml_collections.ConfigDict()
-    config.wandb.mode = "offline"  # online, offline or disabled; WANDB_MODE overrides it
-    config.wandb.project = "attention-lab"
-    config.wandb.group = ""
+    config.wandb = common.wandb_config()
 
-    presets.apply(config, arg, {"attention": _set_attention, "split": _set_split, "tiny": _set_tiny})
+    presets.apply(config, arg, {"attention": common.set_attention, "split": _set_split, "tiny": _set_tiny})
     return config
-
-
-def _set_attention(config, name):
-    config.attention.name = name
 
 
 def _set_split(config, split):

@@ -1,10 +1,30 @@
-"""Parallel (source, target) data a user brings, in SCAN's own format or as tab-separated lines."""
+"""Data files a user brings: parallel (source, target) pairs in SCAN's own format or as tab-separated
+lines, and plain text for MLM."""
 
 import os
 
 
 class DataFileError(ValueError):
-    """A parallel data file that is missing, empty or has a line that does not parse."""
+    """A data file that is missing, empty, not UTF-8 or has a line that does not parse."""
+
+
+def read_documents(path: str) -> list[str]:
+    """The non-blank lines of a UTF-8 text file, one document each."""
+    if not os.path.isfile(path):
+        raise DataFileError(f"{path}: file not found")
+    with open(path, "rb") as f:
+        raw_lines = f.read().splitlines()
+    documents = []
+    for number, raw in enumerate(raw_lines, start=1):
+        try:
+            line = raw.decode("utf-8").strip()
+        except UnicodeDecodeError as error:
+            raise DataFileError(f"{path}:{number}: not UTF-8 ({error.reason})") from None
+        if line:
+            documents.append(line)
+    if not documents:
+        raise DataFileError(f"{path}: no text (the file is empty)")
+    return documents
 
 
 def read_parallel_file(path: str) -> list[tuple[str, str]]:

@@ -1,4 +1,5 @@
-"""Token arrays for translation and deterministic batches: the batch at a step is a function of (seed, step)."""
+"""Token arrays for translation, and deterministic batches for every task: the batch at a step is a
+function of (seed, step)."""
 import functools
 
 import numpy as np
@@ -51,7 +52,7 @@ def fixed_size_batches(arrays: dict[str, np.ndarray], batch_size: int):
     num_examples = len(next(iter(arrays.values())))
     for start in range(0, num_examples, batch_size):
         batch = {name: array[start : start + batch_size] for name, array in arrays.items()}
-        real = len(batch["source"])
+        real = len(next(iter(batch.values())))
         if real < batch_size:
             batch = {name: np.pad(a, ((0, batch_size - real), (0, 0))) for name, a in batch.items()}
         yield batch, real

@@ -1,4 +1,5 @@
 """Sequence models built from the attention registry."""
+from models.mlm import MaskedLanguageModel
 from models.transformer import CAUSAL_ROLES, ROLES, EncoderDecoder, TransformerSpec
 
-__all__ = ["CAUSAL_ROLES", "ROLES", "EncoderDecoder", "TransformerSpec"]
+__all__ = ["CAUSAL_ROLES", "ROLES", "EncoderDecoder", "MaskedLanguageModel", "TransformerSpec"]

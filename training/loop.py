@@ -7,8 +7,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from data import pipeline
-from training import evaluate, translation, validate
+from training import evaluate, tasks, validate
 from training.checkpoints import Checkpoints
 from training.metrics import MetricsWriter
 from training.steps import create_optimizer, init_state, learning_rate_schedule, make_eval_step, make_train_step
@@ -48,8 +47,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
     os.makedirs(workdir, exist_ok=True)
     with open(os.path.join(workdir, "config.json"), "w") as f:
         f.write(config.to_json(indent=1))
-    data = translation.prepare_data(config, workdir)
-    model = translation.create_model(config, data)
+    task = tasks.get(config.task)
+    data = task.prepare_data(config, workdir)
+    model = task.create_model(config, data)
     optimizer = create_optimizer(config)
     graphdef, state = init_state(model, optimizer)
 
@@ -61,10 +61,10 @@ def train_and_evaluate(config, workdir: str) -> dict:
         print(f"resuming {workdir} from step {start_step}", flush=True)
     writer = MetricsWriter(workdir, config, start_step)
 
-    loss_fn = functools.partial(translation.metric_sums, label_smoothing=config.label_smoothing)
+    loss_fn = functools.partial(task.metric_sums, label_smoothing=config.label_smoothing)
     dropout_key = jax.random.fold_in(jax.random.key(config.seed), 1)
     train_step = make_train_step(graphdef, optimizer, loss_fn, dropout_key)
-    eval_step = make_eval_step(graphdef, translation.metric_sums)
+    eval_step = make_eval_step(graphdef, task.metric_sums)
     schedule = learning_rate_schedule(config)
     batch_size = config.per_device_batch_size * jax.local_device_count()
 
@@ -75,7 +75,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
     progress = _Progress(start_step, config.num_train_steps)
     pending, pending_from = [], start_step
     for step in range(start_step, config.num_train_steps):
-        batch = pipeline.batch_at_step(data.train, batch_size, config.seed, step)
+        batch = task.train_batch(config, data, batch_size, step)
         state, step_metrics = train_step(state, batch)
         pending.append(step_metrics)
         done = step + 1
@@ -85,17 +85,17 @@ def train_and_evaluate(config, workdir: str) -> dict:
             _check_finite(pending, pending_from)
             sums = jax.tree.map(lambda *values: np.sum(values), *pending)
             steps_per_sec, eta = progress.update(done)
-            metrics = {**translation.summarize(sums), "learning_rate": float(schedule(done - 1)),
+            metrics = {**task.summarize(sums), "learning_rate": float(schedule(done - 1)),
                        "grad_norm": float(np.mean([m["grad_norm"] for m in pending])),
                        "steps_per_sec": steps_per_sec}
             writer.write(done, "train", elapsed(), metrics)
             print(f"step {done}/{config.num_train_steps} | loss {metrics['loss']:.4f} | "
-                  f"token_acc {metrics['token_accuracy']:.4f} | {steps_per_sec:.1f} steps/s | ETA {eta}",
+                  f"{task.PROGRESS_METRIC} {metrics[task.PROGRESS_METRIC]:.4f} | {steps_per_sec:.1f} steps/s | ETA {eta}",
                   flush=True)
             pending, pending_from = [], done
         if done % config.eval_every_steps == 0 or last:
-            eval_metrics = evaluate.teacher_forced_metrics(eval_step, state["params"], state["rest"],
-                                                           data.test, config.eval.batch_size)
+            eval_metrics = task.summarize(evaluate.metric_totals(
+                eval_step, state["params"], state["rest"], data.validation, config.eval.batch_size))
             writer.write(done, "eval", elapsed(), eval_metrics)
             print(f"eval at step {done} | " + " | ".join(f"{k} {v:.4f}" for k, v in eval_metrics.items()),
                   flush=True)
@@ -104,7 +104,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
     checkpoints.close()
 
     nnx.update(model, state["params"], state["rest"])
-    result = evaluate.evaluate_model(config, workdir, model, data, config.num_train_steps)
+    result = task.evaluate_model(config, workdir, model, data, config.num_train_steps)
     writer.close()
     summary = ", ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items())
     print(f"done: {config.num_train_steps} steps in {_format_duration(elapsed())}; test {summary}; "

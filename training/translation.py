@@ -1,16 +1,23 @@
-"""The translation task: data and vocabularies, the encoder-decoder, its loss and teacher-forced metrics."""
+"""The translation task (see training/tasks.py): data and vocabularies, the encoder-decoder, its loss,
+teacher-forced metrics and the evaluation behind eval.json (greedy decoding, BLEU, attention ranks)."""
 import dataclasses
 import os
 
 import jax
 import jax.numpy as jnp
-import optax
+import numpy as np
+import sacrebleu
 from flax import nnx
 
 from data import files, pipeline, scan
 from data.vocab import Vocabulary
-from models import CAUSAL_ROLES, EncoderDecoder, TransformerSpec
-from training import validate
+from models import CAUSAL_ROLES, ROLES, EncoderDecoder, TransformerSpec
+from models.decoding import greedy_decode
+from training import evaluate, validate
+from training.losses import token_cross_entropy
+from training.steps import make_eval_step
+
+PROGRESS_METRIC = "token_accuracy"
 
 
 @dataclasses.dataclass
@@ -20,6 +27,10 @@ class TranslationData:
     train: dict  # name -> int32 [N, L] arrays from pipeline.encode_pairs
     test: dict
     test_pairs: list
+
+    @property
+    def validation(self):  # SCAN has no validation split: training follows the test split
+        return self.test
 
 
 def load_pairs(dataset):
@@ -62,6 +73,10 @@ def create_model(config, data: TranslationData) -> EncoderDecoder:
                           rngs=nnx.Rngs(params=params_key, dropout=dropout_key), pad_id=Vocabulary.PAD)
 
 
+def train_batch(config, data: TranslationData, batch_size: int, step: int) -> dict:
+    return pipeline.batch_at_step(data.train, batch_size, config.seed, step)
+
+
 def metric_sums(model, batch, label_smoothing: float = 0.0):
     """(mean training loss, sums over the batch's target tokens and sequences).
 
@@ -69,13 +84,11 @@ def metric_sums(model, batch, label_smoothing: float = 0.0):
     forcing: exactly the rows that greedy decoding reproduces, since greedy decoding then sees the
     gold prefix at every step (tests check the equivalence against real decoding).
     """
-    logits = model(batch["source"], batch["decoder_input"]).astype(jnp.float32)
     target = batch["target"]
     weights = (target != Vocabulary.PAD).astype(jnp.float32)
-    one_hot = jnp.asarray(target[..., None] == jnp.arange(logits.shape[-1]), jnp.float32)
-    smoothed = optax.smooth_labels(one_hot, label_smoothing) if label_smoothing else one_hot
-    token_losses = optax.softmax_cross_entropy(logits, smoothed) * weights
-    correct = (jnp.argmax(logits, -1) == target) | (target == Vocabulary.PAD)
+    token_losses, hits = token_cross_entropy(model(batch["source"], batch["decoder_input"]), target,
+                                             weights, label_smoothing)
+    correct = hits | (target == Vocabulary.PAD)
     real_rows = weights[:, 0]
     sums = {
         "loss": token_losses.sum(),
@@ -100,3 +113,60 @@ def rank_bounds(model: EncoderDecoder) -> dict:
     """feature_dim of each role's kind where no causal mask lifts the bound; else None."""
     return {role: None if role in CAUSAL_ROLES else layers[0].feature_dim
             for role, layers in model.attention_layers().items()}
+
+
+def greedy_outputs(model, data: TranslationData, batch_size: int) -> list[str]:
+    model.eval()
+    graphdef, state = nnx.split(model)
+    max_len = data.test["target"].shape[1]
+    decode = jax.jit(lambda state, source: greedy_decode(nnx.merge(graphdef, state), source, max_len))
+    outputs = []
+    for batch, real in pipeline.fixed_size_batches(data.test, batch_size):
+        tokens = jax.device_get(decode(state, batch["source"]))[:real]
+        outputs.extend(data.target_vocab.decode(row) for row in tokens)
+    return outputs
+
+
+def _forward(model, batch):
+    return model(batch["source"], batch["decoder_input"])
+
+
+def attention_analysis(config, workdir: str, model, data: TranslationData) -> list:
+    rows = evaluate.rank_sample(len(data.test_pairs), config.eval.rank_examples)
+    batch = {name: array[rows] for name, array in data.test.items()}
+    captured = evaluate.attention_weights(model, _forward, batch)
+    weights = {role: captured[role] for role in ROLES}  # JAX returns dict keys sorted
+    source_len = (batch["source"] != Vocabulary.PAD).sum(1)
+    target_len = (batch["decoder_input"] != Vocabulary.PAD).sum(1)
+    query_len = {"encoder_self": source_len, "decoder_self": target_len, "cross": target_len}
+    key_len = {"encoder_self": source_len, "decoder_self": target_len, "cross": source_len}
+    source_tokens = [data.source_vocab.tokens[i] for i in batch["source"][0, : source_len[0]]]
+    target_tokens = [data.target_vocab.tokens[i] for i in batch["decoder_input"][0, : target_len[0]]]
+    tokens_q = {"encoder_self": source_tokens, "decoder_self": target_tokens, "cross": target_tokens}
+    tokens_k = {"encoder_self": source_tokens, "decoder_self": target_tokens, "cross": source_tokens}
+    return evaluate.attention_analysis(config, workdir, weights, query_len, key_len, rank_bounds(model),
+                                       tokens_q, tokens_k)
+
+
+def evaluate_model(config, workdir: str, model, data: TranslationData, step: int) -> dict:
+    """Evaluates on the whole test split and writes `eval.json` in the workdir; returns its content."""
+    model.eval()
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    eval_step = make_eval_step(graphdef, metric_sums)
+    metrics = summarize(evaluate.metric_totals(eval_step, params, rest, data.test, config.eval.batch_size))
+    outputs = greedy_outputs(model, data, config.eval.batch_size)
+    references = [target for _, target in data.test_pairs]
+    return evaluate.write_eval_json(workdir, {
+        "step": int(step),
+        "task": "translation",
+        "split": "test",
+        "num_examples": len(references),
+        "attention": validate.role_kinds(config),
+        "metrics": {
+            "exact_match": float(np.mean([o == r for o, r in zip(outputs, references)])),
+            "token_accuracy": metrics["token_accuracy"],
+            "bleu": sacrebleu.corpus_bleu(outputs, [references]).score,
+            "loss": metrics["loss"],
+        },
+        "rank": attention_analysis(config, workdir, model, data),
+    })

@@ -7,8 +7,10 @@ import attention
 from data import scan_grammar
 
 ROLE_FIELDS = ("encoder_self", "decoder_self", "cross")
-TASKS = ("translation",)
-DATASETS = ("scan", "files")
+TASK_ROLES = {"translation": ROLE_FIELDS, "mlm": ("encoder_self",)}  # the roles each task's model has
+TASKS = tuple(TASK_ROLES)
+DATASETS = {"translation": ("scan", "files"), "mlm": ("pydoc", "tfds", "text_files")}
+TOKENIZERS = ("unigram", "bpe")
 POSITIONS = ("sinusoidal", "learned")
 WANDB_MODES = ("online", "offline", "disabled")
 POSITIVE_INTS = ("num_train_steps", "log_every_steps", "eval_every_steps", "checkpoint_every_steps",
@@ -32,8 +34,8 @@ def _get(config, dotted: str):
 
 
 def role_kinds(config) -> dict[str, str]:
-    """The attention kind of each role: the role's override, else `attention.name`."""
-    return {role: config.attention[role] or config.attention.name for role in ROLE_FIELDS}
+    """The attention kind of each role of the task's model: the role's override, else `attention.name`."""
+    return {role: config.attention[role] or config.attention.name for role in TASK_ROLES[config.task]}
 
 
 def kind_options(config) -> dict[str, dict]:
@@ -55,12 +57,53 @@ def _check_kind_options(config) -> None:
             raise ConfigError(f"config.attention options for kind {kind!r}: {error}") from None
 
 
+def _check_file(config, field: str) -> None:
+    path = config.dataset[field]
+    if not path:
+        raise ConfigError(f"config.dataset.{field} is empty; dataset.name={config.dataset.name!r} needs it")
+    if not os.path.isfile(path):
+        raise ConfigError(f"config.dataset.{field}={path!r}: file not found")
+
+
+def _check_translation_data(config) -> None:
+    if config.dataset.name == "scan":
+        _choice("dataset.split", config.dataset.split, tuple(scan_grammar.SPLITS))
+    else:
+        for field in ("train_file", "test_file"):
+            _check_file(config, field)
+
+
+def _check_mlm_data(config) -> None:
+    dataset, mlm = config.dataset, config.mlm
+    if dataset.name == "tfds" and not dataset.tfds_name:
+        raise ConfigError("config.dataset.tfds_name is empty; dataset.name='tfds' needs a TFDS text dataset")
+    if dataset.name == "text_files":
+        for field in ("train_file", "test_file"):
+            _check_file(config, field)
+    _choice("dataset.tokenizer", dataset.tokenizer, TOKENIZERS)
+    for field, low in (("seq_len", 2), ("vocab_size", 8)):
+        if not isinstance(dataset[field], int) or dataset[field] < low:
+            raise ConfigError(f"config.dataset.{field}={dataset[field]!r} must be an integer >= {low}")
+    for field in ("mask_rate", "mask_token_rate", "random_token_rate"):
+        if not 0.0 <= mlm[field] <= 1.0:
+            raise ConfigError(f"config.mlm.{field}={mlm[field]!r} must be in [0, 1]")
+    if mlm.mask_rate == 0.0:
+        raise ConfigError("config.mlm.mask_rate=0.0 leaves nothing to predict")
+    if mlm.mask_token_rate + mlm.random_token_rate > 1.0:
+        raise ConfigError(f"config.mlm.mask_token_rate + random_token_rate = "
+                          f"{mlm.mask_token_rate + mlm.random_token_rate} exceeds 1")
+
+
 def validate(config) -> None:
     _choice("task", config.task, TASKS)
     for field in POSITIVE_INTS:
         value = _get(config, field)
         if not isinstance(value, int) or value <= 0:
             raise ConfigError(f"config.{field}={value!r} must be a positive integer")
+    for role in ROLE_FIELDS:
+        if config.attention[role] and role not in TASK_ROLES[config.task]:
+            raise ConfigError(f"config.attention.{role}={config.attention[role]!r}: the {config.task} model "
+                              f"has no {role} attention (its roles: {', '.join(TASK_ROLES[config.task])})")
     for role, kind in role_kinds(config).items():
         _choice(f"attention.{role}" if config.attention[role] else "attention.name", kind, attention.names())
     known_options = attention.all_options() | {"name", *ROLE_FIELDS}
@@ -71,15 +114,7 @@ def validate(config) -> None:
                           f"config.model.num_heads={config.model.num_heads}")
     _check_kind_options(config)
     _choice("model.positions", config.model.positions, POSITIONS)
-    _choice("dataset.name", config.dataset.name, DATASETS)
-    if config.dataset.name == "scan":
-        _choice("dataset.split", config.dataset.split, tuple(scan_grammar.SPLITS))
-    else:
-        for field in ("train_file", "test_file"):
-            path = config.dataset[field]
-            if not path:
-                raise ConfigError(f"config.dataset.{field} is empty; dataset.name='files' needs it")
-            if not os.path.isfile(path):
-                raise ConfigError(f"config.dataset.{field}={path!r}: file not found")
+    _choice("dataset.name", config.dataset.name, DATASETS[config.task])
+    (_check_translation_data if config.task == "translation" else _check_mlm_data)(config)
     mode = os.environ.get("WANDB_MODE") or config.wandb.mode
     _choice("wandb.mode (or WANDB_MODE)", mode, WANDB_MODES)

@@ -1,0 +1,35 @@
+"""Config blocks every task shares: attention kinds and their options, W&B."""
+import ml_collections
+
+
+def attention_config() -> ml_collections.ConfigDict:
+    attention = ml_collections.ConfigDict()
+    attention.name = "softmax"  # every role, unless a role below overrides it
+    attention.encoder_self = ""  # empty: attention.name
+    attention.decoder_self = ""  # translation only
+    attention.cross = ""  # translation only
+    attention.dropout_rate = 0.0  # softmax kinds: dropout on the attention weights
+    attention.eps = 1e-6  # kernelised kinds: added to the normaliser
+    attention.chunk_size = 64  # kernelised kinds: causal chunk length
+    attention.hidden_dim = 0  # additive: width of the score MLP; 0 = head_dim
+    attention.window = 3  # local kinds: keys within +-window of the aligned position
+    attention.top_k = 1  # hard: keys attended in the forward pass (1 = classic hard attention)
+    attention.relu_eps = 1e-3  # relu: added to the features so the normaliser stays positive
+    attention.num_features = 64  # performer: random features m (the rank bound)
+    attention.orthogonal = True  # performer: orthogonal random blocks, else iid rows
+    attention.redraw_every_steps = 0  # performer: redraw the features every N steps; 0 = fixed
+    attention.taylor_order = 2  # taylor: even order of the truncated exp series
+    attention.exp_limit_n = 2  # exp_limit: even n of (1 + q.k/(n sqrt d))^n
+    return attention
+
+
+def wandb_config() -> ml_collections.ConfigDict:
+    wandb = ml_collections.ConfigDict()
+    wandb.mode = "offline"  # online, offline or disabled; WANDB_MODE overrides it
+    wandb.project = "attention-lab"
+    wandb.group = ""
+    return wandb
+
+
+def set_attention(config, name):
+    config.attention.name = name

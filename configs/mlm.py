@@ -1,0 +1,95 @@
+"""Encoder-only Transformer trained on masked language modelling (BERT-style masking).
+
+The default corpus needs no download: the docstrings and pydoc topics of Python's standard library,
+built locally as a TFDS dataset, with a SentencePiece vocabulary trained on its training split.
+
+Presets in the argument, comma separated:
+  attention=<kind>   the encoder's self-attention kind (see `attention.names()`)
+  quick              the study's budget on a 2-core CPU (scripts/compare.py --preset=quick)
+  tiny               a seconds-long run for tests and smoke checks
+e.g. `--config=configs/mlm.py:attention=performer`.
+"""
+import ml_collections
+
+from configs import common, presets
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    config = ml_collections.ConfigDict()
+    config.task = "mlm"
+    config.seed = 0  # parameters, dropout, data order and masking all derive from it
+    config.num_train_steps = 4_000
+    config.log_every_steps = 100  # train metrics and the progress line
+    config.eval_every_steps = 1_000  # masked-token metrics on the validation split
+    config.checkpoint_every_steps = 1_000
+    config.per_device_batch_size = 32
+    config.learning_rate = 1e-3  # peak, after linear warmup; cosine decay to 0 at the last step
+    config.warmup_steps = 200
+    config.weight_decay = 0.01  # AdamW
+    config.grad_clip_norm = 1.0  # global norm
+    config.label_smoothing = 0.0
+
+    config.model = ml_collections.ConfigDict()
+    config.model.num_layers = 2
+    config.model.d_model = 64
+    config.model.num_heads = 2  # head_dim 32: below the sequence length, so a rank bound of m = 32 binds
+    config.model.mlp_dim = 256
+    config.model.dropout_rate = 0.0
+    config.model.positions = "sinusoidal"  # or "learned"
+    config.model.tied_embeddings = True  # MLM head output = token embedding^T (+ a bias)
+
+    config.attention = common.attention_config()
+
+    config.dataset = ml_collections.ConfigDict()
+    config.dataset.name = "pydoc"  # "pydoc" (built locally), "tfds" (tfds_name) or "text_files"
+    config.dataset.split = "test"  # the split eval.json reports
+    config.dataset.validation_split = "validation"  # periodic evaluation during training
+    config.dataset.train_split = "train"
+    config.dataset.tfds_name = ""  # tfds: a prepared TFDS text dataset, e.g. "lm1b" or "imdb_reviews"
+    config.dataset.text_key = "text"  # tfds: the feature holding the text
+    config.dataset.train_file = ""  # text_files: one document per line (blank lines skipped)
+    config.dataset.test_file = ""  # text_files: also serves as the validation split
+    config.dataset.data_dir = "datasets"  # TFDS datasets and the SentencePiece models live here
+    config.dataset.seq_len = 128  # tokens per packed sequence
+    config.dataset.vocab_size = 4_000  # SentencePiece vocabulary, trained on the training split
+    config.dataset.tokenizer = "unigram"  # SentencePiece model type: unigram or bpe
+
+    config.mlm = ml_collections.ConfigDict()
+    config.mlm.mask_rate = 0.15  # fraction of real tokens predicted
+    config.mlm.mask_token_rate = 0.8  # of those, replaced by [MASK]
+    config.mlm.random_token_rate = 0.1  # replaced by a random token; the rest stay unchanged
+
+    config.eval = ml_collections.ConfigDict()
+    config.eval.batch_size = 128
+    config.eval.rank_examples = 16  # test sequences whose attention matrices are analysed
+    config.eval.plots = True
+
+    config.wandb = common.wandb_config()
+
+    presets.apply(config, arg, {"attention": common.set_attention, "quick": _set_quick, "tiny": _set_tiny})
+    return config
+
+
+def _set_quick(config, _):
+    # Same model and sequence length as the default (the rank bound must bind the same way); fewer steps.
+    config.num_train_steps = 1_000
+    config.eval_every_steps = 500
+    config.checkpoint_every_steps = 500
+
+
+def _set_tiny(config, _):
+    config.num_train_steps = 20
+    config.log_every_steps = 5
+    config.eval_every_steps = 10
+    config.checkpoint_every_steps = 10
+    config.per_device_batch_size = 8
+    config.warmup_steps = 5
+    config.model.num_layers = 1
+    config.model.d_model = 32
+    config.model.mlp_dim = 64
+    config.dataset.seq_len = 32
+    config.dataset.vocab_size = 200
+    config.eval.batch_size = 32
+    config.eval.rank_examples = 4
+    config.eval.plots = False
+    config.wandb.mode = "disabled"

@@ -1,0 +1,166 @@
+"""English text for masked language modelling, assembled from documentation that ships with Python.
+
+Every Python installation carries the docstrings of its standard library and the pydoc help topics, so
+the corpus needs no download. Its content depends on the Python version that builds it.
+"""
+
+import ast
+import hashlib
+import os
+import sys
+import sysconfig
+import warnings
+from pathlib import Path
+
+import pydoc_data.topics
+import tensorflow_datasets as tfds
+
+SPLITS = ("train", "validation", "test")
+_SKIPPED_DIRECTORIES = {"site-packages", "test", "tests", "idle_test", "__pycache__"}
+_MIN_WORDS = 3  # shorter docstrings ("Return self.", "Constructor.") are boilerplate, not prose
+_DOCUMENTED_NODES = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+_STATEMENT_NODES = (ast.stmt, ast.excepthandler, ast.match_case)  # what can contain a definition
+_PYTHON = "{}.{}".format(*sys.version_info[:2])
+
+Documents = list[tuple[str, str]]
+
+
+def collect_documents() -> Documents:
+    """(name, text) of every stdlib module and pydoc topic with documentation, sorted by name.
+
+    A docstring that already appeared earlier (modules in sorted path order, then topics) is dropped, so
+    inherited or copied documentation does not repeat across documents and splits.
+    """
+    seen: set[str] = set()
+    documents = []
+    for name, docstrings in [*_module_docstrings(), *_topic_docstrings()]:
+        fresh = [text for text in docstrings if _is_new_prose(text, seen)]
+        if fresh:
+            documents.append((name, "\n\n".join(fresh)))
+    return sorted(documents)
+
+
+def _is_new_prose(text: str, seen: set[str]) -> bool:
+    if len(text.split()) < _MIN_WORDS or text in seen:
+        return False
+    seen.add(text)
+    return True
+
+
+def _module_docstrings():
+    """(dotted module name, its docstrings in source order) in sorted path order."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    for path in _module_paths(root):
+        name = _module_name(path.relative_to(root))
+        docstrings = _docstrings(path)
+        if name is not None and docstrings is not None:
+            yield name, docstrings
+
+
+def _module_paths(root: Path) -> list[Path]:
+    paths = []
+    for directory, subdirectories, files in os.walk(root):
+        subdirectories[:] = sorted(d for d in subdirectories if d not in _SKIPPED_DIRECTORIES)
+        paths += [Path(directory, f) for f in sorted(files) if f.endswith(".py")]
+    return paths
+
+
+def _module_name(relative: Path) -> str | None:
+    """`email/mime/text.py` -> `email.mime.text`, `json/__init__.py` -> `json`; None for a file that is
+    no importable module (such as `config-3.11-x86_64-linux-gnu/python-config.py`)."""
+    parts = relative.with_suffix("").parts
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    if not all(part.isidentifier() for part in parts):
+        return None
+    return ".".join(parts)
+
+
+def _docstrings(path: Path) -> list[str] | None:
+    """Module docstring, then those of its classes and functions; None if the file does not parse.
+
+    The source is parsed, never imported: importing some modules has side effects (`antigravity` opens a
+    web browser).
+    """
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # invalid escape sequences in old modules' string literals
+            tree = ast.parse(path.read_bytes(), filename=str(path))
+    except (SyntaxError, ValueError):  # ValueError covers undecodable bytes and null bytes
+        return None
+    docstrings = [ast.get_docstring(node) for node in [tree, *_definitions(tree)]]
+    return [text for text in docstrings if text]
+
+
+def _definitions(node: ast.AST):
+    """Classes and functions under node in source order. Only statements are visited: definitions never
+    sit inside expressions, and skipping those makes this several times faster than ast.walk."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, _STATEMENT_NODES):
+            if isinstance(child, _DOCUMENTED_NODES):
+                yield child
+            yield from _definitions(child)
+
+
+def _topic_docstrings():
+    for key, text in sorted(pydoc_data.topics.topics.items()):
+        yield f"topic:{key}", [text.strip()]
+
+
+def split_of(name: str) -> str:
+    """"train", "validation" or "test" (90/5/5) by a hash of the name alone, so a document keeps its split
+    when others are added or removed, whatever the order they come in."""
+    bucket = int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:8], "big") % 20
+    return "train" if bucket < 18 else "validation" if bucket == 18 else "test"
+
+
+class PydocCorpus(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+    """Standard-library docstrings and pydoc topics of the running Python, one example per document."""
+
+    VERSION = tfds.core.Version("1.0.0")
+    RELEASE_NOTES = {"1.0.0": "Docstrings of stdlib modules and pydoc topics, deduplicated."}
+    # The content follows the Python version; one config per version keeps their files apart.
+    BUILDER_CONFIGS = [tfds.core.BuilderConfig(name=f"python{_PYTHON}")]
+
+    def _info(self) -> tfds.core.DatasetInfo:
+        return tfds.core.DatasetInfo(
+            builder=self,
+            description=(
+                f"English documentation of Python {sys.version_info[:2]}: docstrings of its standard-library "
+                "modules, classes and functions and its pydoc help topics, deduplicated, one document per "
+                "module or topic. Built from the running Python, so the content depends on its version."
+            ),
+            features=tfds.features.FeaturesDict({"name": tfds.features.Text(), "text": tfds.features.Text()}),
+        )
+
+    def _split_generators(self, dl_manager):
+        del dl_manager  # assembled from the local installation, nothing to download
+        documents = collect_documents()
+        return {
+            split: self._generate_examples([doc for doc in documents if split_of(doc[0]) == split])
+            for split in SPLITS
+        }
+
+    def _generate_examples(self, documents: Documents):
+        for name, text in documents:
+            yield name, {"name": name, "text": text}
+
+
+def load_documents(split: str, data_dir: str) -> list[str]:
+    """Texts of a split sorted by document name, building the array_record files under data_dir once."""
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r} is not a corpus split; choose one of: {', '.join(SPLITS)}")
+    builder = PydocCorpus(data_dir=data_dir, file_format="array_record")
+    builder.download_and_prepare()
+    # TFDS writes records in the order of their hashed keys, so the order is restored by sorting.
+    examples = [(ex["name"], ex["text"]) for ex in builder.as_data_source(split=split)]
+    return [text.decode("utf-8") for _, text in sorted(examples)]
+
+
+def corpus_statistics(data_dir: str) -> dict[str, dict[str, int]]:
+    """Documents and whitespace-separated words per split."""
+    statistics = {}
+    for split in SPLITS:
+        texts = load_documents(split, data_dir)
+        statistics[split] = {"documents": len(texts), "words": sum(len(text.split()) for text in texts)}
+    return statistics

@@ -1,0 +1,98 @@
+"""SentencePiece subword tokenizer with fixed ids for padding, unknown pieces, document ends and [MASK]."""
+
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+
+import sentencepiece as spm
+
+PAD, UNK, EOS, MASK = 0, 1, 2, 3
+NUM_SPECIAL = 4  # ids below this are never drawn as random replacement tokens
+MASK_PIECE = "[MASK]"
+MODEL_TYPES = ("unigram", "bpe")
+
+
+def train_sentencepiece(texts: list[str], model_path: str, vocab_size: int, model_type: str = "unigram"):
+    """Trains a model on the non-empty lines of texts and writes it to model_path.
+
+    Same texts, same bytes: the input is neither sampled nor shuffled and training runs on one thread.
+    The vocabulary size is a soft limit, so a corpus too small for it still trains (to fewer pieces).
+    """
+    if model_type not in MODEL_TYPES:
+        raise ValueError(f"model_type={model_type!r} is not supported; choose one of: {', '.join(MODEL_TYPES)}")
+    lines = (line for text in texts for line in text.splitlines() if line.strip())
+    _write_atomically(model_path, lambda model_file: spm.SentencePieceTrainer.train(
+        sentence_iterator=lines,
+        model_writer=model_file,
+        model_type=model_type,
+        vocab_size=vocab_size,
+        hard_vocab_limit=False,
+        character_coverage=1.0,
+        pad_id=PAD, unk_id=UNK, eos_id=EOS, bos_id=-1,
+        user_defined_symbols=[MASK_PIECE],  # placed right after the control symbols, at id MASK
+        input_sentence_size=0,
+        shuffle_input_sentence=False,
+        num_threads=1,
+        minloglevel=1,  # warnings and errors only
+    ))
+
+
+def _write_atomically(path: str, write: Callable):
+    """write(file) into a temporary file beside path, then renamed over it: processes that train in
+    parallel never read a half-written model."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    descriptor, temporary = tempfile.mkstemp(dir=directory, prefix=os.path.basename(path) + ".")
+    try:
+        with os.fdopen(descriptor, "wb") as f:
+            write(f)
+        os.replace(temporary, path)
+    except BaseException:
+        os.remove(temporary)
+        raise
+
+
+class Tokenizer:
+    PAD, UNK, EOS, MASK, NUM_SPECIAL = PAD, UNK, EOS, MASK, NUM_SPECIAL
+
+    def __init__(self, processor: spm.SentencePieceProcessor):
+        self._processor = processor
+
+    @classmethod
+    def load(cls, model_path: str) -> "Tokenizer":
+        processor = spm.SentencePieceProcessor(model_file=model_path)
+        _check_special_ids(processor, model_path)
+        return cls(processor)
+
+    def encode(self, text: str) -> list[int]:
+        return self._processor.encode(text, out_type=int)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return self._processor.encode(list(texts), out_type=int)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of the ids, PAD skipped (EOS, a control symbol, decodes to nothing)."""
+        return self._processor.decode([int(i) for i in ids if int(i) != PAD])
+
+    @property
+    def vocab_size(self) -> int:
+        return self._processor.get_piece_size()
+
+    def piece(self, id: int) -> str:
+        return self._processor.id_to_piece(int(id))
+
+
+def _check_special_ids(processor: spm.SentencePieceProcessor, model_path: str):
+    """Models and masking agree on the special ids only if the model was trained by train_sentencepiece."""
+    found = (processor.pad_id(), processor.unk_id(), processor.eos_id(), processor.piece_to_id(MASK_PIECE))
+    if found != (PAD, UNK, EOS, MASK):
+        raise ValueError(f"{model_path}: special ids (pad, unk, eos, {MASK_PIECE}) are {found}, expected "
+                         f"{(PAD, UNK, EOS, MASK)}; train the model with data.tokenizer.train_sentencepiece")
+
+
+def load_or_train(model_path: str, texts_fn: Callable[[], list[str]], vocab_size: int,
+                  model_type: str = "unigram") -> Tokenizer:
+    """The model at model_path, trained first from texts_fn() if the file does not exist yet."""
+    if not os.path.exists(model_path):
+        train_sentencepiece(texts_fn(), model_path, vocab_size, model_type)
+    return Tokenizer.load(model_path)

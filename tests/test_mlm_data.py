@@ -1,0 +1,214 @@
+"""MLM data: BERT masking against its formula and rates, packing, batches by step, the pydoc corpus and its
+TFDS builder, the SentencePiece tokenizer."""
+
+import collections
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from data import mlm, text_corpus
+from data.tokenizer import EOS, MASK, NUM_SPECIAL, PAD, Tokenizer, load_or_train, train_sentencepiece
+
+VOCAB_SIZE = 1000
+SEQ_LEN = 128
+MAX_PREDICTIONS = mlm.default_max_predictions(SEQ_LEN)
+
+
+def padded_rows(rng: np.random.Generator, num_rows: int, length: int) -> np.ndarray:
+    """Random non-special tokens, each row followed by PAD from a random length on (some rows all PAD)."""
+    tokens = rng.integers(NUM_SPECIAL, VOCAB_SIZE, (num_rows, length), dtype=np.int32)
+    real_lengths = rng.integers(0, length + 1, num_rows)
+    tokens[np.arange(length) >= real_lengths[:, None]] = PAD
+    return tokens
+
+
+@pytest.fixture(scope="module")
+def masked():
+    tokens = padded_rows(np.random.default_rng(0), 2000, SEQ_LEN)
+    batch = mlm.mask_tokens(tokens, np.random.default_rng(1), vocab_size=VOCAB_SIZE,
+                            max_predictions=MAX_PREDICTIONS)
+    return tokens, batch
+
+
+def test_default_max_predictions_is_berts():
+    assert mlm.default_max_predictions(128) == 20
+    assert mlm.default_max_predictions(512) == 77
+
+
+def test_mask_tokens_predicts_the_formula_count_of_real_tokens_per_row(masked):
+    tokens, batch = masked
+    num_real = (tokens != PAD).sum(axis=1)
+    expected = [min(MAX_PREDICTIONS, max(1, round(0.15 * n))) if n else 0 for n in num_real]
+    np.testing.assert_array_equal(batch["weights"].sum(axis=1), expected)
+    assert abs(sum(expected) / num_real.sum() - 0.15) < 0.01
+    assert {name: (array.shape, array.dtype) for name, array in batch.items()} == {
+        "inputs": ((2000, SEQ_LEN), np.int32), "positions": ((2000, MAX_PREDICTIONS), np.int32),
+        "targets": ((2000, MAX_PREDICTIONS), np.int32), "weights": ((2000, MAX_PREDICTIONS), np.float32)}
+
+
+def test_mask_tokens_chooses_distinct_real_positions_and_targets_the_originals(masked):
+    tokens, batch = masked
+    used = batch["weights"] > 0
+    positions = batch["positions"]
+    originals = np.take_along_axis(tokens, positions, axis=1)
+    assert np.all(originals[used] != PAD)
+    np.testing.assert_array_equal(batch["targets"][used], originals[used])
+    distinct = [len(set(row[row_used])) == row_used.sum() for row, row_used in zip(positions, used)]
+    assert all(distinct)
+    assert not positions[~used].any() and not batch["targets"][~used].any()
+    assert np.all(batch["weights"][~used] == 0)
+
+
+def test_mask_tokens_replaces_80_10_10_within_binomial_bounds(masked):
+    tokens, batch = masked
+    used = batch["weights"] > 0
+    replaced = np.take_along_axis(batch["inputs"], batch["positions"], axis=1)[used]
+    targets = batch["targets"][used]
+    is_mask, is_random = replaced == MASK, (replaced != MASK) & (replaced != targets)
+    # A random replacement draws the original token again with probability 1 / (non-special ids).
+    p_random = 0.1 * (1 - 1 / (VOCAB_SIZE - NUM_SPECIAL))
+    n = len(replaced)
+    for count, p in ((is_mask.sum(), 0.8), (is_random.sum(), p_random), ((~is_mask & ~is_random).sum(), 0.1)):
+        assert abs(count - n * p) < 5 * math.sqrt(n * p * (1 - p))
+    assert np.all(replaced[is_random] >= NUM_SPECIAL)
+    untouched = np.ones_like(tokens, bool)
+    row, slot = np.nonzero(used)
+    untouched[row, batch["positions"][row, slot]] = False
+    np.testing.assert_array_equal(batch["inputs"][untouched], tokens[untouched])
+
+
+def test_mask_tokens_may_mask_eos_but_never_pad():
+    tokens = np.array([[EOS, EOS, EOS, PAD], [PAD, PAD, PAD, PAD]])
+    batch = mlm.mask_tokens(tokens, np.random.default_rng(0), vocab_size=VOCAB_SIZE, max_predictions=4)
+    np.testing.assert_array_equal(batch["weights"], [[1, 0, 0, 0], [0, 0, 0, 0]])
+    assert batch["positions"][0, 0] < 3 and batch["targets"][0, 0] == EOS
+    np.testing.assert_array_equal(batch["inputs"][1], tokens[1])
+
+
+def test_mask_tokens_is_a_function_of_the_generator_seed():
+    tokens = padded_rows(np.random.default_rng(0), 50, 32)
+
+    def masked_with(seed):
+        return mlm.mask_tokens(tokens, np.random.default_rng(seed), vocab_size=VOCAB_SIZE, max_predictions=5)
+
+    first, again, other = masked_with(3), masked_with(3), masked_with(4)
+    for name in first:
+        np.testing.assert_array_equal(first[name], again[name])
+    assert not np.array_equal(first["positions"], other["positions"])
+
+
+def test_pack_concatenates_documents_with_eos_and_pads_only_the_last_row():
+    documents = [[5, 6, 7], [8], [9, 10, 11, 12, 13], [14]]
+    expected = [[5, 6, 7, EOS], [8, EOS, 9, 10], [11, 12, 13, EOS], [14, EOS, PAD, PAD]]
+    packed = mlm.pack(documents, 4)
+    assert packed.dtype == np.int32
+    np.testing.assert_array_equal(packed, expected)
+    np.testing.assert_array_equal(mlm.pack(documents[:3], 4), expected[:3])  # no empty row after a full one
+    assert mlm.pack([], 4).shape == (0, 4)
+
+
+def test_batch_at_step_is_a_function_of_seed_and_step():
+    tokens = padded_rows(np.random.default_rng(0), 100, 32)
+    masking = dict(vocab_size=VOCAB_SIZE, max_predictions=5)
+
+    def batch(seed, step):
+        return mlm.batch_at_step(tokens, 16, seed, step, **masking)
+
+    first, again = batch(0, 3), batch(0, 3)
+    for name in first:
+        np.testing.assert_array_equal(first[name], again[name])
+    assert not np.array_equal(first["inputs"], batch(0, 4)["inputs"])
+    assert not np.array_equal(first["inputs"], batch(1, 3)["inputs"])
+    fixed = mlm.fixed_masking(tokens, **masking)
+    np.testing.assert_array_equal(fixed["positions"], mlm.fixed_masking(tokens, **masking)["positions"])
+
+
+@pytest.fixture(scope="module")
+def documents():
+    return text_corpus.collect_documents()
+
+
+def test_collect_documents_is_deterministic_with_unique_names_and_texts(documents):
+    assert text_corpus.collect_documents() == documents
+    names = [name for name, _ in documents]
+    assert names == sorted(names) and len(set(names)) == len(names)
+    assert len({text for _, text in documents}) == len(documents)
+    assert all(text.strip() for _, text in documents)
+    assert {"json.decoder", "email.mime.text", "topic:assignment"} <= set(names)
+    assert len(documents) > 300 and sum(len(text.split()) for _, text in documents) > 100_000
+
+
+def test_split_of_is_90_5_5_and_a_function_of_the_name_alone(documents):
+    names = [name for name, _ in documents]
+    counts = collections.Counter(text_corpus.split_of(name) for name in names)
+    for split, p in (("train", 0.9), ("validation", 0.05), ("test", 0.05)):
+        assert abs(counts[split] - len(names) * p) < 5 * math.sqrt(len(names) * p * (1 - p))
+    assert [text_corpus.split_of(name) for name in reversed(names)] == [
+        text_corpus.split_of(name) for name in names][::-1]
+    # Pinned, so a change of the hash cannot move documents between splits unnoticed.
+    assert [text_corpus.split_of(name) for name in ("json", "os", "unittest", "topic:assignment")] == [
+        "train", "validation", "test", "train"]
+
+
+def test_pydoc_corpus_builds_the_same_documents_per_split(documents, tmp_path, monkeypatch):
+    # collect_documents' own determinism is tested above; reusing its result saves two stdlib parses.
+    monkeypatch.setattr(text_corpus, "collect_documents", lambda: documents)
+    for split in text_corpus.SPLITS:
+        expected = [text for name, text in documents if text_corpus.split_of(name) == split]
+        assert text_corpus.load_documents(split, str(tmp_path / "a")) == expected
+        assert text_corpus.load_documents(split, str(tmp_path / "b")) == expected
+    statistics = text_corpus.corpus_statistics(str(tmp_path / "a"))
+    assert sum(s["documents"] for s in statistics.values()) == len(documents)
+    with pytest.raises(ValueError, match="choose one of: train, validation, test"):
+        text_corpus.load_documents("dev", str(tmp_path / "a"))
+
+
+# A few hundred words of plain English, generated so the test needs no data file.
+TINY_CORPUS = [
+    f"The {who} {does} the {what} before lunch.\nThen the {what} is {how}."
+    for who, does, what, how in itertools.product(
+        ("parser", "writer"), ("reads", "checks"), ("file", "socket", "buffer"), ("closed", "ready", "empty"))
+]
+ORDINARY_TEXT = "The writer checks the socket before lunch. Then the buffer is ready."
+
+
+@pytest.mark.parametrize("model_type", ["unigram", "bpe"])
+def test_train_sentencepiece_fixes_special_ids_and_round_trips_text(tmp_path, model_type):
+    path = str(tmp_path / "tiny.model")
+    train_sentencepiece(TINY_CORPUS, path, vocab_size=100, model_type=model_type)
+    tokenizer = Tokenizer.load(path)
+    assert [tokenizer.piece(i) for i in (PAD, Tokenizer.UNK, EOS, MASK)] == ["<pad>", "<unk>", "</s>", "[MASK]"]
+    assert Tokenizer.NUM_SPECIAL == NUM_SPECIAL == 4 and 0 < tokenizer.vocab_size <= 100
+    ids = tokenizer.encode(ORDINARY_TEXT)
+    assert Tokenizer.UNK not in ids and tokenizer.decode(ids + [PAD, PAD]) == ORDINARY_TEXT
+    assert tokenizer.encode_batch([ORDINARY_TEXT, "the file"]) == [ids, tokenizer.encode("the file")]
+    masked = tokenizer.encode("the [MASK] is ready")
+    assert masked.count(MASK) == 1 and tokenizer.decode(masked) == "the [MASK] is ready"
+
+
+def test_train_sentencepiece_is_byte_deterministic(tmp_path):
+    first, second = tmp_path / "first.model", tmp_path / "second.model"
+    train_sentencepiece(TINY_CORPUS, str(first), vocab_size=100)
+    train_sentencepiece(TINY_CORPUS, str(second), vocab_size=100)
+    assert first.read_bytes() == second.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["first.model", "second.model"]  # no temporaries left
+
+
+def test_train_sentencepiece_rejects_an_unknown_model_type(tmp_path):
+    with pytest.raises(ValueError, match="model_type='word'.*unigram, bpe"):
+        train_sentencepiece(TINY_CORPUS, str(tmp_path / "m.model"), vocab_size=100, model_type="word")
+
+
+def test_load_or_train_reads_the_texts_only_when_the_model_is_missing(tmp_path):
+    calls = []
+
+    def texts():
+        calls.append(1)
+        return TINY_CORPUS
+
+    path = str(tmp_path / "m.model")
+    trained = load_or_train(path, texts, vocab_size=100, model_type="unigram")
+    loaded = load_or_train(path, texts, vocab_size=100, model_type="unigram")
+    assert len(calls) == 1 and loaded.encode(ORDINARY_TEXT) == trained.encode(ORDINARY_TEXT)

@@ -1,0 +1,154 @@
+"""The masked-language-modelling task (see training/tasks.py): text, SentencePiece tokens packed into
+fixed-length sequences, BERT masking, the encoder-only model, and the evaluation behind eval.json."""
+import dataclasses
+import hashlib
+import math
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tensorflow_datasets as tfds
+from flax import nnx
+
+from data import files, mlm, text_corpus, tokenizer
+from models import MaskedLanguageModel, TransformerSpec
+from training import evaluate, validate
+from training.losses import token_cross_entropy
+from training.steps import make_eval_step
+
+PROGRESS_METRIC = "masked_accuracy"
+
+
+@dataclasses.dataclass
+class MlmData:
+    tokenizer: tokenizer.Tokenizer
+    train: np.ndarray  # int32 [N, seq_len] packed token ids, masked afresh at every step
+    validation: dict  # mlm.fixed_masking arrays: the same masked positions for every run
+    test: dict
+    masking: dict  # keyword arguments of mlm.mask_tokens
+
+
+class DatasetNotPreparedError(FileNotFoundError):
+    pass
+
+
+def _tfds_texts(dataset, split: str) -> list[str]:
+    try:
+        builder = tfds.builder(dataset.tfds_name, data_dir=dataset.data_dir)
+    except tfds.core.registered.DatasetNotFoundError:
+        raise DatasetNotPreparedError(f"config.dataset.tfds_name={dataset.tfds_name!r} is not a TFDS "
+                                      f"dataset (see `tfds.list_builders()`)") from None
+    if not builder.is_prepared():
+        raise DatasetNotPreparedError(
+            f"TFDS dataset {dataset.tfds_name!r} is not prepared under {dataset.data_dir!r}. Prepare it "
+            f"once where its source can be downloaded: `tfds build {dataset.tfds_name} "
+            f"--data_dir={dataset.data_dir} --file_format=array_record` (many TFDS builders need "
+            f"TensorFlow to prepare, not to read), then copy {dataset.data_dir} here.")
+    source = builder.as_data_source(split=split)
+    if dataset.text_key not in builder.info.features:
+        raise ValueError(f"config.dataset.text_key={dataset.text_key!r} is not a feature of "
+                         f"{dataset.tfds_name!r}; its features: {', '.join(builder.info.features)}")
+    return [example[dataset.text_key].decode("utf-8") for example in source]
+
+
+def load_texts(dataset, split: str) -> list[str]:
+    """The documents of one split ("train", or the validation or test split name) of `dataset`."""
+    if dataset.name == "pydoc":
+        return text_corpus.load_documents(split, dataset.data_dir)
+    if dataset.name == "tfds":
+        return _tfds_texts(dataset, split)
+    return files.read_documents(dataset.train_file if split == dataset.train_split else dataset.test_file)
+
+
+def _tokenizer_path(dataset) -> str:
+    """Next to the dataset: a vocabulary belongs to the training text it was learned from."""
+    if dataset.name == "text_files":
+        with open(dataset.train_file, "rb") as f:
+            source = os.path.join("text_files", hashlib.sha256(f.read()).hexdigest()[:16])
+    else:
+        source = "pydoc_corpus" if dataset.name == "pydoc" else dataset.tfds_name
+    name = f"sentencepiece_{dataset.tokenizer}_{dataset.vocab_size}.model"
+    return os.path.join(dataset.data_dir, source, name)
+
+
+def prepare_data(config, workdir: str) -> MlmData:
+    del workdir  # the tokenizer lives with the dataset, shared by every run on it
+    dataset = config.dataset
+    train_texts = load_texts(dataset, dataset.train_split)
+    tok = tokenizer.load_or_train(_tokenizer_path(dataset), lambda: train_texts, dataset.vocab_size,
+                                  dataset.tokenizer)
+    masking = {"vocab_size": tok.vocab_size, "mask_rate": config.mlm.mask_rate,
+               "mask_token_rate": config.mlm.mask_token_rate, "random_token_rate": config.mlm.random_token_rate,
+               "max_predictions": mlm.default_max_predictions(dataset.seq_len, config.mlm.mask_rate)}
+
+    def packed(texts):
+        return mlm.pack(tok.encode_batch(texts), dataset.seq_len)
+
+    return MlmData(
+        tokenizer=tok, train=packed(train_texts),
+        validation=mlm.fixed_masking(packed(load_texts(dataset, dataset.validation_split)), **masking),
+        test=mlm.fixed_masking(packed(load_texts(dataset, dataset.split)), **masking), masking=masking)
+
+
+def create_model(config, data: MlmData) -> MaskedLanguageModel:
+    spec = TransformerSpec(
+        num_layers=config.model.num_layers, d_model=config.model.d_model, num_heads=config.model.num_heads,
+        mlp_dim=config.model.mlp_dim, dropout_rate=config.model.dropout_rate, max_len=config.dataset.seq_len,
+        positions=config.model.positions, tied_embeddings=config.model.tied_embeddings,
+        attention=validate.role_kinds(config), attention_options=validate.kind_options(config))
+    params_key, dropout_key = jax.random.split(jax.random.key(config.seed))
+    return MaskedLanguageModel(data.tokenizer.vocab_size, spec,
+                               rngs=nnx.Rngs(params=params_key, dropout=dropout_key), pad_id=tokenizer.PAD)
+
+
+def train_batch(config, data: MlmData, batch_size: int, step: int) -> dict:
+    return mlm.batch_at_step(data.train, batch_size, config.seed, step, **data.masking)
+
+
+def metric_sums(model, batch, label_smoothing: float = 0.0):
+    """(mean loss over the predicted positions, sums over them)."""
+    weights = batch["weights"]
+    losses, hits = token_cross_entropy(model(batch["inputs"], batch["positions"]), batch["targets"],
+                                       weights, label_smoothing)
+    sums = {"loss": losses.sum(), "predictions": weights.sum(), "correct": (hits * weights).sum()}
+    return sums["loss"] / jnp.maximum(sums["predictions"], 1.0), sums
+
+
+def summarize(sums: dict) -> dict:
+    loss = float(sums["loss"] / max(sums["predictions"], 1.0))
+    return {"masked_accuracy": float(sums["correct"] / max(sums["predictions"], 1.0)), "loss": loss,
+            "perplexity": math.exp(min(loss, 700.0))}  # exp overflows a float beyond ~709
+
+
+def rank_bounds(model: MaskedLanguageModel) -> dict:
+    return {role: layers[0].feature_dim for role, layers in model.attention_layers().items()}
+
+
+def attention_analysis(config, workdir: str, model, data: MlmData) -> list:
+    inputs = data.test["inputs"]
+    rows = evaluate.rank_sample(len(inputs), config.eval.rank_examples)
+    batch = {"inputs": inputs[rows]}
+    weights = evaluate.attention_weights(model, lambda m, b: m(b["inputs"]), batch)
+    lengths = {"encoder_self": (batch["inputs"] != tokenizer.PAD).sum(1)}
+    pieces = [data.tokenizer.piece(int(i)) for i in batch["inputs"][0, : lengths["encoder_self"][0]]]
+    tokens = {"encoder_self": pieces}
+    return evaluate.attention_analysis(config, workdir, weights, lengths, lengths, rank_bounds(model),
+                                       tokens, tokens)
+
+
+def evaluate_model(config, workdir: str, model, data: MlmData, step: int) -> dict:
+    """Masked-token metrics on the whole test split (fixed masking) and attention ranks -> eval.json."""
+    model.eval()
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    eval_step = make_eval_step(graphdef, metric_sums)
+    totals = evaluate.metric_totals(eval_step, params, rest, data.test, config.eval.batch_size)
+    return evaluate.write_eval_json(workdir, {
+        "step": int(step),
+        "task": "mlm",
+        "split": config.dataset.split,
+        "num_examples": int(len(data.test["inputs"])),
+        "attention": validate.role_kinds(config),
+        "metrics": summarize(totals),
+        "rank": attention_analysis(config, workdir, model, data),
+    })
