@@ -4,10 +4,13 @@ VENV := .venv
 PY := $(VENV)/bin/python
 CONFIG ?= configs/translation.py
 WORKDIR ?= runs/default
+# make compare: the study of configs/studies.py to run (TASK=translation PRESET=kinds, ...).
+TASK ?= mlm
+PRESET ?= quick
 # Tests run in parallel on all cores; PYTEST_ARGS adds to them (e.g. PYTEST_ARGS="-k attention").
 PYTEST_ARGS ?=
 
-.PHONY: setup train eval test clean
+.PHONY: setup train eval test compare clean
 
 setup: $(VENV)/.installed
 
@@ -25,6 +28,9 @@ eval: setup
 
 test: setup
 	$(PY) -m pytest -n auto --dist loadfile $(PYTEST_ARGS)
+
+compare: setup
+	$(PY) scripts/compare.py --task=$(TASK) --preset=$(PRESET)
 
 clean:
 	rm -rf runs .pytest_cache

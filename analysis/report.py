@@ -1,0 +1,247 @@
+"""Markdown report and PNG plots of a comparison study, from the eval.json of every run's seeds.
+
+`results` maps a run name to the eval.json dicts of its seeds (schema in DESIGN.md), in the order the
+tables list the runs; `spectra` maps a run name to one seed's spectra.json,
+{role: [[s_i / s_1 of layer 0, descending], [layer 1], ...]}.
+"""
+import itertools
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib import ticker  # noqa: E402
+import numpy as np  # noqa: E402
+
+from analysis import plots  # noqa: E402
+
+# The bidirectional self-attention: the role where a kernelised kind's rank is bounded by its features.
+ROLE = "encoder_self"
+# Per task, the metrics of the accuracy table; the first is the headline, with its std over seeds.
+METRICS = {
+    "mlm": ("masked_accuracy", "loss", "perplexity"),
+    "translation": ("exact_match", "token_accuracy", "bleu", "loss"),
+}
+FEATURE_DIM_PLOT = "accuracy_vs_feature_dim.png"
+EFFECTIVE_RANK_PLOT = "accuracy_vs_effective_rank.png"
+SPECTRA_PLOT = "spectra.png"
+# tab10's colours, then their light shades: the kinds preset draws more than 10 series in a plot.
+COLORS = plt.cm.tab20.colors[::2] + plt.cm.tab20.colors[1::2]
+
+
+def _metrics(task: str) -> tuple[str, ...]:
+    if task not in METRICS:
+        raise ValueError(f"unknown task {task!r}; tasks: {', '.join(METRICS)}")
+    return METRICS[task]
+
+
+def _mean_std(values: list[float]) -> tuple[float, float | None]:
+    """Mean and sample std (ddof=1); no std from a single value."""
+    return float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) >= 2 else None
+
+
+def _headline(task: str, evals: list[dict]) -> tuple[float, float | None]:
+    return _mean_std([result["metrics"][_metrics(task)[0]] for result in evals])
+
+
+def _kind(evals: list[dict]) -> str:
+    return evals[0]["attention"][ROLE]
+
+
+def _rank_rows(evals: list[dict]) -> list[dict]:
+    """The ROLE rows of every seed: one per (seed, layer, head)."""
+    return [row for result in evals for row in result["rank"] if row["role"] == ROLE]
+
+
+def _rank_bound(evals: list[dict]) -> int | None:
+    return _rank_rows(evals)[0]["rank_bound"]
+
+
+def _rank_mean(evals: list[dict], field: str) -> float:
+    return float(np.mean([row[field] for row in _rank_rows(evals)]))
+
+
+def _max_numerical_rank(evals: list[dict]) -> float:
+    return max(row["numerical_rank"] for row in _rank_rows(evals))
+
+
+def _dash_if_none(value) -> str:
+    return "-" if value is None else str(value)
+
+
+def accuracy_table(task: str, results: dict[str, list[dict]]) -> str:
+    """Test metrics per run: the headline as mean ± std over seeds ("-": one seed), the others as means."""
+    headline, *others = _metrics(task)
+    lines = [
+        f"| run | kind | feature dim | seeds | {headline} (mean ± std) | " + " | ".join(others) + " |",
+        "|---|---|---:|---:|---:|" + "---:|" * len(others),
+    ]
+    for name, evals in results.items():
+        mean, std = _headline(task, evals)
+        means = " | ".join(f"{np.mean([result['metrics'][metric] for result in evals]):.4f}" for metric in others)
+        lines.append(
+            f"| {name} | {_kind(evals)} | {_dash_if_none(_rank_bound(evals))} | {len(evals)} | "
+            f"{mean:.4f} ± {'-' if std is None else f'{std:.4f}'} | {means} |"
+        )
+    return "\n".join(lines)
+
+
+def _within_bound(evals: list[dict]) -> bool | None:
+    """Whether every layer, head and seed kept its numerical rank within the rank bound; None: no bound."""
+    bound = _rank_bound(evals)
+    return None if bound is None else _max_numerical_rank(evals) <= bound
+
+
+def _above_head_dim(evals: list[dict], head_dim: int) -> bool:
+    return _rank_mean(evals, "numerical_rank") > head_dim
+
+
+def _yes_no(flag: bool | None) -> str:
+    return "-" if flag is None else "yes" if flag else "no"
+
+
+def rank_table(results: dict[str, list[dict]], head_dim: int | None = None) -> str:
+    """Ranks of the ROLE attention matrices per run, means over layers, heads and seeds.
+
+    With `head_dim`, a last column says whether the mean numerical rank exceeds it: a linear attention
+    whose features are as wide as the head could not reach such a rank.
+    """
+    with_head_dim = head_dim is not None
+    lines = [
+        "| run | kind | seq len | numerical rank | max numerical rank | effective rank | stable rank | "
+        "rank bound | max <= bound |" + (f" mean > head dim ({head_dim}) |" if with_head_dim else ""),
+        "|---|---|---:|---:|---:|---:|---:|---:|---|" + ("---|" if with_head_dim else ""),
+    ]
+    for name, evals in results.items():
+        lines.append(
+            f"| {name} | {_kind(evals)} | {_rank_mean(evals, 'seq_len'):g} | "
+            f"{_rank_mean(evals, 'numerical_rank'):.2f} | {_max_numerical_rank(evals):.2f} | "
+            f"{_rank_mean(evals, 'effective_rank'):.2f} | {_rank_mean(evals, 'stable_rank'):.2f} | "
+            f"{_dash_if_none(_rank_bound(evals))} | {_yes_no(_within_bound(evals))} |"
+            + (f" {_yes_no(_above_head_dim(evals, head_dim))} |" if with_head_dim else "")
+        )
+    return "\n".join(lines)
+
+
+def rank_note(results: dict[str, list[dict]], head_dim: int | None = None) -> str:
+    """One paragraph of facts read off the rank table: bounds kept or broken, softmax against head_dim."""
+    sentences = []
+    for name, evals in results.items():
+        within = _within_bound(evals)
+        if within is not None:
+            sentences.append(f"{name}: max numerical rank {_max_numerical_rank(evals):.2f}, "
+                             f"{'within' if within else 'above'} its bound {_rank_bound(evals)}.")
+        elif _kind(evals) == "softmax" and head_dim is not None:
+            sentences.append(f"{name}: mean numerical rank {_rank_mean(evals, 'numerical_rank'):.2f}, "
+                             f"{'above' if _above_head_dim(evals, head_dim) else 'not above'} the head dim {head_dim}.")
+    return " ".join(sentences)
+
+
+def plot_accuracy_vs_feature_dim(task: str, results: dict[str, list[dict]], path: str) -> str:
+    """Headline metric against feature dim, one line per bounded kind; unbounded runs as dashed levels."""
+    fig, ax = plt.subplots(figsize=(7.5, 4), layout="constrained")
+    by_kind: dict[str, list[tuple[int, float, float]]] = {}
+    colors = itertools.cycle(COLORS)  # explicit: axhline does not advance the axes' colour cycle
+    for name, evals in results.items():
+        mean, std = _headline(task, evals)
+        bound = _rank_bound(evals)
+        if bound is None:
+            color = next(colors)
+            ax.axhline(mean, color=color, linestyle="--", linewidth=1, label=name)
+            if std is not None:
+                ax.axhspan(mean - std, mean + std, color=color, alpha=0.15)
+        else:
+            by_kind.setdefault(_kind(evals), []).append((bound, mean, std or 0.0))
+    for kind, points in by_kind.items():
+        dims, means, stds = zip(*sorted(points))
+        ax.errorbar(dims, means, yerr=stds, color=next(colors), marker="o", capsize=3, label=kind)
+    if by_kind:  # a log axis needs positive data to place its limits
+        ax.set_xscale("log")
+        # Plain numbers at 1, 2, 5 x 10^k: feature dims read as counts, not as powers of ten.
+        ax.xaxis.set_major_locator(ticker.LogLocator(subs=(1, 2, 5)))
+        ax.xaxis.set_major_formatter(ticker.ScalarFormatter())
+        ax.minorticks_off()
+    ax.set_xlabel(f"feature dim (rank bound of {ROLE})")
+    ax.set_ylabel(_metrics(task)[0])
+    _legend_outside(ax)
+    return plots._save(fig, path)
+
+
+def _legend_outside(ax) -> None:
+    """Right of the axes: with a dozen runs, a legend inside hides data."""
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+
+
+def plot_accuracy_vs_effective_rank(task: str, results: dict[str, list[dict]], path: str) -> str:
+    """Headline metric against the mean effective rank of ROLE, one labelled point per run."""
+    fig, ax = plt.subplots(figsize=(7.5, 4), layout="constrained")
+    ax.set_prop_cycle(color=COLORS)
+    for name, evals in results.items():
+        mean, std = _headline(task, evals)
+        effective_rank = _rank_mean(evals, "effective_rank")
+        ax.errorbar(effective_rank, mean, yerr=std or 0.0, marker="o", capsize=3)
+        ax.annotate(name, (effective_rank, mean), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    ax.set_xlabel(f"effective rank of {ROLE} (mean over layers, heads, seeds)")
+    ax.set_ylabel(_metrics(task)[0])
+    return plots._save(fig, path)
+
+
+def plot_spectra_by_run(results: dict[str, list[dict]], spectra: dict[str, dict], path: str) -> str:
+    """Layer-0 ROLE spectrum of every run in `spectra`, log scale, a dotted line at each rank bound
+    below the spectra's length (a bound at or above the sequence length cannot bind)."""
+    fig, ax = plt.subplots(figsize=(7.5, 4), layout="constrained")
+    ax.set_prop_cycle(color=COLORS)
+    length = 0
+    for name, spectrum in spectra.items():
+        values = np.asarray(spectrum[ROLE][0])
+        length = max(length, len(values))
+        # Exact zeros (beyond every matrix's length) have no place on a log axis.
+        ax.plot(np.arange(1, len(values) + 1), np.where(values > 0, values, np.nan), label=name)
+    bounds = {_rank_bound(results[name]) for name in spectra if name in results}
+    for bound in sorted(bound for bound in bounds if bound is not None and bound < length):
+        ax.axvline(bound, color="gray", linestyle=":", linewidth=1)
+        ax.annotate(f"m={bound}", (bound, 1.0), xytext=(2, -10), textcoords="offset points", fontsize=7)
+    ax.set_yscale("log")
+    ax.set_xlabel("singular value index")
+    ax.set_ylabel(rf"$\sigma_i / \sigma_1$ ({ROLE}, layer 0)")
+    _legend_outside(ax)
+    return plots._save(fig, path)
+
+
+def write_report(
+    task: str,
+    preset: str,
+    command: str,
+    results: dict[str, list[dict]],
+    spectra: dict[str, dict],
+    out_dir: str,
+    head_dim: int | None = None,
+) -> str:
+    """Writes out_dir/report.md and its PNG plots; returns the report's path."""
+    os.makedirs(out_dir, exist_ok=True)
+    plot_accuracy_vs_feature_dim(task, results, os.path.join(out_dir, FEATURE_DIM_PLOT))
+    plot_accuracy_vs_effective_rank(task, results, os.path.join(out_dir, EFFECTIVE_RANK_PLOT))
+    images = [(f"{_metrics(task)[0]} against feature dim", FEATURE_DIM_PLOT),
+              (f"{_metrics(task)[0]} against effective rank", EFFECTIVE_RANK_PLOT)]
+    if spectra:
+        plot_spectra_by_run(results, spectra, os.path.join(out_dir, SPECTRA_PLOT))
+        images.append((f"{ROLE} layer-0 singular values", SPECTRA_PLOT))
+    sections = [
+        f"# {task} comparison, preset {preset}",
+        f"Produced by\n\n```\n{command}\n```",
+        "## Test metrics\n\nFeature dim: the rank bound of the encoder self-attention (\"-\": none). "
+        "Std over seeds with ddof=1 (\"-\": one seed); the other metrics are means over seeds.",
+        accuracy_table(task, results),
+        f"## Attention rank ({ROLE})\n\nMeans over layers, heads and seeds of each run; each matrix's ranks are "
+        "means over the analysed examples (DESIGN.md). \"max <= bound\": the largest numerical rank of any "
+        "layer, head and seed against the kind's rank bound.",
+        rank_table(results, head_dim),
+        rank_note(results, head_dim),
+        "## Plots",
+        *(f"![{title}]({file})" for title, file in images),
+    ]
+    path = os.path.join(out_dir, "report.md")
+    with open(path, "w") as f:
+        f.write("\n\n".join(section for section in sections if section) + "\n")
+    return path

@@ -1,0 +1,208 @@
+"""Trains a study's grid of attention kinds over several seeds in parallel, then writes its report.
+
+  python scripts/compare.py --task=mlm                                  # preset quick
+  python scripts/compare.py --task=translation --preset=kinds --jobs=2
+  python scripts/compare.py --task=mlm --only=softmax,linear --seeds=1 -- --config.wandb.mode=disabled
+
+The grids are in configs/studies.py. Each (run, seed) trains in its own process and workdir,
+<runs_dir>/<task>/<preset>/<run>/seed<k> (its log in train.log there); one whose eval.json is at the
+config's last step is skipped, so an interrupted study resumes. Arguments after `--` go to every train.py
+run. The report (tables, plots) goes to <reports_dir>/<task>/report.md, from every run that finished.
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # run as a script from anywhere: the repository's packages must import
+
+from analysis import report  # noqa: E402
+from configs import studies  # noqa: E402
+
+Job = tuple[str, list[str], str]  # (label, train.py command, workdir) of one (run, seed)
+
+
+def _positive_int(text: str) -> int:
+    if int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
+    return int(text)
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """The script's own flags, and the arguments after `--` for train.py."""
+    own, extra = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", required=True, choices=sorted(studies.presets()))
+    parser.add_argument("--preset", default="quick", help="see configs/studies.py")
+    parser.add_argument("--seeds", type=_positive_int, help="seeds per run (default: the study's)")
+    parser.add_argument("--jobs", type=_positive_int, default=os.cpu_count(), help="training processes at once")
+    parser.add_argument("--only", default="", help="comma-separated subset of the study's run names")
+    parser.add_argument("--runs_dir", default="runs/compare")
+    parser.add_argument("--reports_dir", default="reports")
+    return parser.parse_args(own), extra
+
+
+def select_runs(study: studies.Study, only: str) -> list[studies.Run]:
+    """The study's runs named in `only` (all when empty); an unknown name is an error."""
+    if not only:
+        return study.runs
+    known = [run.name for run in study.runs]
+    wanted = only.split(",")
+    unknown = [name for name in wanted if name not in known]
+    if unknown:
+        raise ValueError(f"unknown runs {', '.join(unknown)}; this study's runs: {', '.join(known)}")
+    return [run for run in study.runs if run.name in wanted]
+
+
+def run_workdir(runs_dir: str, task: str, preset: str, run: studies.Run, seed: int) -> str:
+    return os.path.join(runs_dir, task, preset, run.name, f"seed{seed}")
+
+
+def train_command(study: studies.Study, run: studies.Run, seed: int, workdir: str, group: str,
+                  extra: list[str]) -> list[str]:
+    """train.py's command line: the study's overrides, then the run's, then `extra` (the last wins)."""
+    overrides = {**study.overrides, **run.overrides}
+    return [
+        sys.executable,
+        os.path.join(ROOT, "train.py"),
+        f"--config={os.path.join(ROOT, study.config)}",
+        f"--workdir={workdir}",
+        f"--config.seed={seed}",
+        *(f"--config.{key}={value}" for key, value in overrides.items()),
+        f"--config.wandb.group={group}",
+        *extra,
+    ]
+
+
+def _read_json(path: str) -> dict:
+    with open(path) as f:
+        return json.load(f)
+
+
+def is_finished(workdir: str) -> bool:
+    """eval.json exists and was written at the last step of the config the run trained with."""
+    eval_path, config_path = os.path.join(workdir, "eval.json"), os.path.join(workdir, "config.json")
+    if not (os.path.exists(eval_path) and os.path.exists(config_path)):
+        return False
+    return _read_json(eval_path)["step"] == _read_json(config_path)["num_train_steps"]
+
+
+def train_env(jobs: int) -> dict[str, str] | None:
+    """Environment of parallel training processes; None (inherit ours) for a single one."""
+    if jobs == 1:
+        return None
+    return {
+        **os.environ,
+        # Size of the XLA CPU client's thread pool, one per core by default, so that N processes would
+        # run N x cores threads. --xla_cpu_multi_thread_eigen=false does not shrink it (measured on jax
+        # 0.10.2: a jitted matmul still ran on 4 threads); PJRT_NPROC=1 runs it on 1.
+        "PJRT_NPROC": "1",
+        # On an accelerator, each process would otherwise reserve 75% of its memory at start.
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+    }
+
+
+def train(command: list[str], workdir: str, env: dict[str, str] | None) -> bool:
+    """Runs train.py, appending its output to <workdir>/train.log; True when it exited cleanly."""
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, "train.log"), "a") as log:
+        return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env).returncode == 0
+
+
+def _train_timed(command: list[str], workdir: str, env: dict[str, str] | None) -> tuple[bool, float]:
+    started = time.time()
+    # A clean exit without eval.json at the last step (e.g. a resumed run with fewer steps) is no success.
+    ok = train(command, workdir, env) and is_finished(workdir)
+    return ok, time.time() - started
+
+
+def train_all(jobs: list[Job], workers: int):
+    """Trains the jobs, `workers` at a time; yields (label, workdir, ok, seconds)
+    as each ends.
+
+    The first job runs alone: it builds the dataset and tokenizer in the shared data directory, which
+    parallel processes would otherwise race to build.
+    """
+    if not jobs:
+        return
+    env = train_env(workers)
+    (label, command, workdir), rest = jobs[0], jobs[1:]
+    yield (label, workdir, *_train_timed(command, workdir, env))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(_train_timed, command, workdir, env): (label, workdir)
+                   for label, command, workdir in rest}
+        for future in concurrent.futures.as_completed(futures):
+            yield (*futures[future], *future.result())
+
+
+def load_results(workdirs: dict[str, list[str]]) -> tuple[dict[str, list[dict]], dict[str, dict], int | None]:
+    """From run name -> its seeds' workdirs: the finished seeds' eval.json per run (runs without one
+    left out), the first finished seed's spectra.json where it exists, and the head dim of the runs' model."""
+    results, spectra, head_dim = {}, {}, None
+    for name, seed_workdirs in workdirs.items():
+        finished = [workdir for workdir in seed_workdirs if is_finished(workdir)]
+        if not finished:
+            continue
+        results[name] = [_read_json(os.path.join(workdir, "eval.json")) for workdir in finished]
+        spectra_path = os.path.join(finished[0], "spectra.json")
+        if os.path.exists(spectra_path):
+            spectra[name] = _read_json(spectra_path)
+        model = _read_json(os.path.join(finished[0], "config.json"))["model"]
+        head_dim = model["d_model"] // model["num_heads"]
+    return results, spectra, head_dim
+
+
+def _pending_jobs(study: studies.Study, runs: list[studies.Run], seeds: range, workdirs: dict[str, list[str]],
+                  group: str, extra: list[str]) -> tuple[list[Job], int]:
+    """The job of every unfinished (run, seed), and how many were skipped (each printed)."""
+    pending, skipped, total = [], 0, len(runs) * len(seeds)
+    for run in runs:
+        for seed, workdir in zip(seeds, workdirs[run.name]):
+            label = f"{run.name} seed{seed}"
+            if is_finished(workdir):
+                skipped += 1
+                print(f"[{skipped}/{total}] {label}: finished earlier, skipped", flush=True)
+            else:
+                pending.append((label, train_command(study, run, seed, workdir, group, extra), workdir))
+    return pending, skipped
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    args, extra = parse_args(argv)
+    try:
+        study = studies.get_study(args.task, args.preset)
+        runs = select_runs(study, args.only)
+    except ValueError as error:
+        raise SystemExit(str(error)) from None
+    seeds = range(args.seeds or study.seeds)
+    # Absolute: train.py runs in the repository root, while relative flags mean the caller's directory.
+    runs_dir = os.path.abspath(args.runs_dir)
+    workdirs = {run.name: [run_workdir(runs_dir, args.task, args.preset, run, seed) for seed in seeds]
+                for run in runs}
+    pending, skipped = _pending_jobs(study, runs, seeds, workdirs, f"{args.task}-{args.preset}", extra)
+
+    failed = []
+    for index, (label, workdir, ok, seconds) in enumerate(train_all(pending, args.jobs), skipped + 1):
+        status = "done" if ok else f"FAILED (see {os.path.join(workdir, 'train.log')})"
+        print(f"[{index}/{len(runs) * len(seeds)}] {label}: {status} in {seconds:.0f}s", flush=True)
+        if not ok:
+            failed.append(label)
+
+    results, spectra, head_dim = load_results(workdirs)
+    if results:
+        command = shlex.join(["python", "scripts/compare.py", *argv])
+        out_dir = os.path.join(args.reports_dir, args.task)
+        path = report.write_report(args.task, args.preset, command, results, spectra, out_dir, head_dim)
+        print(f"\n{report.accuracy_table(args.task, results)}\n\nreport: {path}", flush=True)
+    if failed:
+        raise SystemExit(f"failed runs: {', '.join(failed)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""Size of an MLM config's corpus per split: documents, words, SentencePiece tokens, packed sequences.
+
+  python scripts/corpus_stats.py                       # the default corpus (configs/mlm.py)
+  python scripts/corpus_stats.py --config=configs/mlm.py --config.dataset.vocab_size=8000
+"""
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # run as a script from anywhere: the repository's packages must import
+
+from absl import app, logging  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+from data.mlm import pack  # noqa: E402
+from training import mlm, validate  # noqa: E402
+
+_CONFIG = config_flags.DEFINE_config_file("config", os.path.join(ROOT, "configs", "mlm.py"), "MLM config.")
+
+
+def main(argv):
+    del argv
+    logging.set_verbosity(logging.WARNING)
+    config = _CONFIG.value
+    validate.validate(config)
+    data = mlm.prepare_data(config, workdir="")
+    dataset = config.dataset
+    print(f"vocabulary: {data.tokenizer.vocab_size} {dataset.tokenizer} pieces; sequences of {dataset.seq_len}")
+    print("| split | documents | words | tokens | sequences |\n|---|---:|---:|---:|---:|")
+    for split in (dataset.train_split, dataset.validation_split, dataset.split):
+        texts = mlm.load_texts(dataset, split)
+        token_lists = data.tokenizer.encode_batch(texts)
+        tokens = sum(len(ids) for ids in token_lists)
+        words = sum(len(text.split()) for text in texts)
+        sequences = len(pack(token_lists, dataset.seq_len))
+        print(f"| {split} | {len(texts):,} | {words:,} | {tokens:,} | {sequences:,} |")
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,254 @@
+"""configs/studies.py, analysis/report.py and scripts/compare.py on hand-written eval.json files, no training."""
+import importlib
+import json
+import os
+
+import pytest
+
+import attention
+from analysis import report
+from configs import studies
+from scripts import compare
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STUDY_KEYS = [(task, preset) for task, presets in studies.presets().items() for preset in presets]
+
+
+# --- studies ---------------------------------------------------------------------------------------------
+
+
+def _study_config(study: studies.Study):
+    """get_config(presets) of the study's config file; skips while the file does not exist yet."""
+    path, _, arg = study.config.partition(":")
+    if not os.path.exists(os.path.join(ROOT, path)):
+        pytest.skip(f"{path} does not exist yet (written by another change)")
+    module = importlib.import_module("configs." + os.path.splitext(os.path.basename(path))[0])
+    return module.get_config(arg or None)
+
+
+@pytest.mark.parametrize("task, preset", STUDY_KEYS)
+def test_every_run_is_a_registered_kind_with_a_unique_name(task, preset):
+    study = studies.get_study(task, preset)
+    assert all(run.overrides["attention.name"] in attention.names() for run in study.runs)
+    names = [run.name for run in study.runs]
+    assert len(names) == len(set(names))
+
+
+@pytest.mark.parametrize("task, preset", STUDY_KEYS)
+def test_every_override_is_a_config_field_of_its_type(task, preset):
+    study = studies.get_study(task, preset)
+    config = _study_config(study)
+    overrides = {**study.overrides, **{key: value for run in study.runs for key, value in run.overrides.items()}}
+    for key, value in {**overrides, "wandb.group": "set by compare.py"}.items():
+        field = config
+        for part in key.split("."):
+            assert part in field, f"{study.config}: no field {key}"
+            field = field[part]
+        assert type(value) is type(field), f"{study.config}: {key}={value!r} against {field!r}"
+
+
+def test_mlm_full_extends_quick_and_kinds_covers_every_kind_once():
+    quick, full = studies.get_study("mlm", "quick"), studies.get_study("mlm", "full")
+    assert {run.name for run in quick.runs} < {run.name for run in full.runs}
+    kinds = studies.get_study("translation", "kinds")
+    assert [run.name for run in kinds.runs] == [name for name in attention.names() if name != "scaled_dot"]
+
+
+def test_unknown_task_or_preset_names_the_allowed_ones():
+    with pytest.raises(ValueError, match="tasks: mlm, translation"):
+        studies.get_study("vision", "quick")
+    with pytest.raises(ValueError, match="presets: quick, full, kinds"):
+        studies.get_study("translation", "huge")
+
+
+# --- report ----------------------------------------------------------------------------------------------
+
+
+def _rank_row(role, layer, numerical_rank, bound):
+    return {"role": role, "layer": layer, "head": 0, "seq_len": 64, "numerical_rank": numerical_rank,
+            "effective_rank": numerical_rank / 2, "stable_rank": 1.5, "rank_bound": bound}
+
+
+def _eval(kind, accuracy, loss, perplexity, ranks, bound):
+    """An mlm eval.json: one encoder_self row per layer, and a decoder_self row the tables must ignore."""
+    rows = [_rank_row("encoder_self", layer, rank, bound) for layer, rank in enumerate(ranks)]
+    return {"step": 100, "task": "mlm", "split": "test", "num_examples": 8,
+            "attention": {"encoder_self": kind},
+            "metrics": {"masked_accuracy": accuracy, "loss": loss, "perplexity": perplexity},
+            "rank": rows + [_rank_row("decoder_self", 0, 99.0, None)]}
+
+
+RESULTS = {
+    "softmax": [_eval("softmax", 0.5, 1.0, 2.0, [40.0, 44.0], None),
+                _eval("softmax", 0.6, 1.2, 3.0, [42.0, 46.0], None)],
+    "linear": [_eval("linear", 0.4, 1.5, 4.0, [30.0, 31.0], 32),
+               _eval("linear", 0.44, 1.7, 5.0, [31.0, 32.0], 32)],
+    # One seed, and a max numerical rank of 17 above its bound of 16.
+    "performer_m16": [_eval("performer", 0.3, 2.0, 7.0, [15.0, 17.0], 16)],
+}
+
+
+def test_accuracy_table_means_and_sample_stds_over_seeds():
+    # softmax: std of (0.5, 0.6) = 0.05 sqrt(2) = 0.0707; linear: std of (0.4, 0.44) = 0.02 sqrt(2) = 0.0283.
+    assert report.accuracy_table("mlm", RESULTS) == "\n".join([
+        "| run | kind | feature dim | seeds | masked_accuracy (mean ± std) | loss | perplexity |",
+        "|---|---|---:|---:|---:|---:|---:|",
+        "| softmax | softmax | - | 2 | 0.5500 ± 0.0707 | 1.1000 | 2.5000 |",
+        "| linear | linear | 32 | 2 | 0.4200 ± 0.0283 | 1.6000 | 4.5000 |",
+        "| performer_m16 | performer | 16 | 1 | 0.3000 ± - | 2.0000 | 7.0000 |",
+    ])
+
+
+def test_rank_table_checks_bounds_and_head_dim():
+    # softmax: ranks 40, 44, 42, 46 -> mean 43, max 46; linear: 30, 31, 31, 32 -> mean 31, max 32 = bound.
+    assert report.rank_table(RESULTS, head_dim=32) == "\n".join([
+        "| run | kind | seq len | numerical rank | max numerical rank | effective rank | stable rank | "
+        "rank bound | max <= bound | mean > head dim (32) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---|",
+        "| softmax | softmax | 64 | 43.00 | 46.00 | 21.50 | 1.50 | - | - | yes |",
+        "| linear | linear | 64 | 31.00 | 32.00 | 15.50 | 1.50 | 32 | yes | no |",
+        "| performer_m16 | performer | 64 | 16.00 | 17.00 | 8.00 | 1.50 | 16 | no | no |",
+    ])
+    assert "head dim" not in report.rank_table(RESULTS)
+
+
+def test_rank_note_states_each_bound_and_softmax_against_the_head_dim():
+    note = report.rank_note(RESULTS, head_dim=32)
+    assert "linear: max numerical rank 32.00, within its bound 32." in note
+    assert "performer_m16: max numerical rank 17.00, above its bound 16." in note
+    assert "softmax: mean numerical rank 43.00, above the head dim 32." in note
+    assert "softmax" not in report.rank_note(RESULTS)
+
+
+def test_write_report_embeds_tables_and_plots(tmp_path):
+    spectra = {"softmax": {"encoder_self": [[1.0, 0.5, 0.1, 0.0]]}, "linear": {"encoder_self": [[1.0, 0.2, 0.0, 0.0]]}}
+    path = report.write_report("mlm", "quick", "python scripts/compare.py --task=mlm", RESULTS, spectra,
+                               str(tmp_path / "out"), head_dim=32)
+    text = open(path).read()
+    assert path == str(tmp_path / "out" / "report.md")
+    assert report.accuracy_table("mlm", RESULTS) in text and report.rank_table(RESULTS, 32) in text
+    assert "python scripts/compare.py --task=mlm" in text
+    for image in ("accuracy_vs_feature_dim.png", "accuracy_vs_effective_rank.png", "spectra.png"):
+        assert f"]({image})" in text
+        assert (tmp_path / "out" / image).stat().st_size > 0
+
+
+def test_write_report_without_bounded_runs_or_spectra(tmp_path):
+    path = report.write_report("mlm", "quick", "cmd", {"softmax": RESULTS["softmax"]}, {}, str(tmp_path))
+    assert "spectra.png" not in open(path).read()
+    assert (tmp_path / "accuracy_vs_feature_dim.png").exists() and not (tmp_path / "spectra.png").exists()
+
+
+# --- compare.py ------------------------------------------------------------------------------------------
+
+
+def test_train_command_orders_study_run_and_extra_overrides():
+    study = studies.Study("configs/mlm.py:quick", {"num_train_steps": 5}, [], seeds=1)
+    run = studies.Run("performer_m8", {"attention.name": "performer", "attention.num_features": 8})
+    command = compare.train_command(study, run, 1, "/runs/p/seed1", "mlm-quick", ["--config.wandb.mode=disabled"])
+    assert command[1:] == [
+        os.path.join(ROOT, "train.py"),
+        f"--config={os.path.join(ROOT, 'configs', 'mlm.py')}:quick",
+        "--workdir=/runs/p/seed1",
+        "--config.seed=1",
+        "--config.num_train_steps=5",
+        "--config.attention.name=performer",
+        "--config.attention.num_features=8",
+        "--config.wandb.group=mlm-quick",
+        "--config.wandb.mode=disabled",
+    ]
+
+
+def _write_json(path, content):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(content, f)
+
+
+def test_a_run_is_finished_when_eval_json_is_at_the_configs_last_step(tmp_path):
+    workdir = str(tmp_path)
+    assert not compare.is_finished(workdir)
+    _write_json(os.path.join(workdir, "config.json"), {"num_train_steps": 100})
+    assert not compare.is_finished(workdir)
+    _write_json(os.path.join(workdir, "eval.json"), {"step": 50})  # e.g. eval.py on a checkpoint mid-run
+    assert not compare.is_finished(workdir)
+    _write_json(os.path.join(workdir, "eval.json"), {"step": 100})
+    assert compare.is_finished(workdir)
+
+
+def test_only_selects_runs_and_rejects_unknown_names():
+    study = studies.get_study("translation", "quick")
+    assert [run.name for run in compare.select_runs(study, "taylor,softmax")] == ["softmax", "taylor"]
+    with pytest.raises(ValueError, match="unknown runs nope; this study's runs: softmax, linear"):
+        compare.select_runs(study, "softmax,nope")
+
+
+def test_parallel_training_processes_get_a_single_threaded_cpu_client(monkeypatch):
+    monkeypatch.setenv("SOME_VARIABLE", "kept")
+    assert compare.train_env(1) is None
+    env = compare.train_env(3)
+    assert env["PJRT_NPROC"] == "1" and env["SOME_VARIABLE"] == "kept"
+
+
+RANK_BOUNDS = {"linear": 32, "performer_m32": 32, "performer_m128": 128, "performer_m512": 512, "taylor": 561,
+               "exp_limit": 561}
+
+
+class FakeTrain:
+    """Stands in for compare.train: writes what train.py would, or fails for the labels in `fail`."""
+
+    def __init__(self, fail=()):
+        self.fail, self.commands = set(fail), []
+
+    def __call__(self, command, workdir, env):
+        self.commands.append(command)
+        run, seed = workdir.split(os.sep)[-2:]
+        if f"{run} {seed}" in self.fail:
+            return False
+        kind = next(arg.split("=")[1] for arg in command if arg.startswith("--config.attention.name="))
+        accuracy = 0.5 + 0.01 * int(seed.removeprefix("seed"))
+        _write_json(os.path.join(workdir, "config.json"),
+                    {"num_train_steps": 1000, "model": {"d_model": 64, "num_heads": 2}})
+        _write_json(os.path.join(workdir, "eval.json"), {
+            "step": 1000, "task": "mlm", "split": "test", "num_examples": 8, "attention": {"encoder_self": kind},
+            "metrics": {"masked_accuracy": accuracy, "loss": 1.0, "perplexity": 2.7},
+            "rank": [_rank_row("encoder_self", 0, 20.0, RANK_BOUNDS.get(run))]})
+        _write_json(os.path.join(workdir, "spectra.json"), {"encoder_self": [[1.0, 0.3, 0.01]]})
+        return True
+
+
+def _main(tmp_path, *args):
+    compare.main(["--task=mlm", f"--runs_dir={tmp_path / 'runs'}", f"--reports_dir={tmp_path / 'reports'}",
+                  "--jobs=2", *args])
+
+
+def test_main_trains_every_run_and_seed_then_reports_and_skips_them_next_time(tmp_path, monkeypatch, capsys):
+    fake = FakeTrain()
+    monkeypatch.setattr(compare, "train", fake)
+    _main(tmp_path, "--", "--config.wandb.mode=disabled")
+    study = studies.get_study("mlm", "quick")
+    assert len(fake.commands) == len(study.runs) * study.seeds
+    assert all(command[-1] == "--config.wandb.mode=disabled" for command in fake.commands)
+    output = capsys.readouterr().out
+    assert f"[{len(fake.commands)}/{len(fake.commands)}]" in output and "FAILED" not in output
+    text = (tmp_path / "reports" / "mlm" / "report.md").read_text()
+    for run in study.runs:
+        assert f"| {run.name} | {run.overrides['attention.name']} |" in text
+    assert "mean > head dim (32)" in text and (tmp_path / "reports" / "mlm" / "spectra.png").exists()
+
+    again = FakeTrain()
+    monkeypatch.setattr(compare, "train", again)
+    _main(tmp_path)
+    assert again.commands == []
+    assert capsys.readouterr().out.count("finished earlier, skipped") == len(study.runs) * study.seeds
+
+
+def test_failed_runs_are_named_and_left_out_of_the_report(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(compare, "train", FakeTrain(fail=["taylor seed1", "local seed0", "local seed1"]))
+    with pytest.raises(SystemExit, match="failed runs: .*taylor seed1"):
+        _main(tmp_path, "--only=softmax,taylor,local")
+    assert f"FAILED (see {tmp_path / 'runs' / 'mlm' / 'quick' / 'taylor' / 'seed1' / 'train.log'})" in (
+        capsys.readouterr().out)
+    text = (tmp_path / "reports" / "mlm" / "report.md").read_text()
+    assert "| taylor | taylor | 561 | 1 |" in text and "| softmax | softmax | - | 2 |" in text
+    assert "| local |" not in text
