@@ -16,8 +16,9 @@ import numpy as np  # noqa: E402
 
 from analysis import plots  # noqa: E402
 
-# The bidirectional self-attention: the role where a kernelised kind's rank is bounded by its features.
-ROLE = "encoder_self"
+# The role whose ranks a run reports: the bidirectional self-attention, where a kernelised kind's rank is
+# bounded by its features; for a model without one (the RNN), its cross-attention, bounded alike.
+ROLES = ("encoder_self", "cross")
 # Per task, the metrics of the accuracy table; the first is the headline, with its std over seeds.
 METRICS = {
     "mlm": ("masked_accuracy", "loss", "perplexity"),
@@ -45,17 +46,23 @@ def _headline(task: str, evals: list[dict]) -> tuple[float, float | None]:
     return _mean_std([result["metrics"][_metrics(task)[0]] for result in evals])
 
 
+def _role(attention: dict) -> str:
+    return next(role for role in ROLES if role in attention)
+
+
 def _kind(evals: list[dict]) -> str:
-    return evals[0]["attention"][ROLE]
+    return evals[0]["attention"][_role(evals[0]["attention"])]
 
 
 def _rank_rows(evals: list[dict]) -> list[dict]:
-    """The ROLE rows of every seed: one per (seed, layer, head)."""
-    return [row for result in evals for row in result["rank"] if row["role"] == ROLE]
+    """The reported role's rows of every seed: one per (seed, layer, head); none without attention."""
+    role = _role(evals[0]["attention"])
+    return [row for result in evals for row in result["rank"] if row["role"] == role]
 
 
 def _rank_bound(evals: list[dict]) -> int | None:
-    return _rank_rows(evals)[0]["rank_bound"]
+    rows = _rank_rows(evals)
+    return rows[0]["rank_bound"] if rows else None
 
 
 def _rank_mean(evals: list[dict], field: str) -> float:
@@ -102,7 +109,7 @@ def _yes_no(flag: bool | None) -> str:
 
 
 def rank_table(results: dict[str, list[dict]], head_dim: int | None = None) -> str:
-    """Ranks of the ROLE attention matrices per run, means over layers, heads and seeds.
+    """Ranks of each run's reported role (see ROLES) per run, means over layers, heads and seeds.
 
     With `head_dim`, a last column says whether the mean numerical rank exceeds it: a linear attention
     whose features are as wide as the head could not reach such a rank.
@@ -114,6 +121,9 @@ def rank_table(results: dict[str, list[dict]], head_dim: int | None = None) -> s
         "|---|---|---:|---:|---:|---:|---:|---:|---|" + ("---|" if with_head_dim else ""),
     ]
     for name, evals in results.items():
+        if not _rank_rows(evals):  # no attention, no matrix
+            lines.append(f"| {name} | {_kind(evals)} |" + " - |" * (7 + with_head_dim))
+            continue
         lines.append(
             f"| {name} | {_kind(evals)} | {_rank_mean(evals, 'seq_len'):g} | "
             f"{_rank_mean(evals, 'numerical_rank'):.2f} | {_max_numerical_rank(evals):.2f} | "
@@ -162,7 +172,7 @@ def plot_accuracy_vs_feature_dim(task: str, results: dict[str, list[dict]], path
         ax.xaxis.set_major_locator(ticker.LogLocator(subs=(1, 2, 5)))
         ax.xaxis.set_major_formatter(ticker.ScalarFormatter())
         ax.minorticks_off()
-    ax.set_xlabel(f"feature dim (rank bound of {ROLE})")
+    ax.set_xlabel("feature dim (rank bound)")
     ax.set_ylabel(_metrics(task)[0])
     _legend_outside(ax)
     return plots._save(fig, path)
@@ -174,27 +184,29 @@ def _legend_outside(ax) -> None:
 
 
 def plot_accuracy_vs_effective_rank(task: str, results: dict[str, list[dict]], path: str) -> str:
-    """Headline metric against the mean effective rank of ROLE, one labelled point per run."""
+    """Headline metric against the mean effective rank of the reported role, one labelled point per run."""
     fig, ax = plt.subplots(figsize=(7.5, 4), layout="constrained")
     ax.set_prop_cycle(color=COLORS)
     for name, evals in results.items():
+        if not _rank_rows(evals):
+            continue
         mean, std = _headline(task, evals)
         effective_rank = _rank_mean(evals, "effective_rank")
         ax.errorbar(effective_rank, mean, yerr=std or 0.0, marker="o", capsize=3)
         ax.annotate(name, (effective_rank, mean), textcoords="offset points", xytext=(4, 4), fontsize=7)
-    ax.set_xlabel(f"effective rank of {ROLE} (mean over layers, heads, seeds)")
+    ax.set_xlabel("effective rank (mean over layers, heads, seeds)")
     ax.set_ylabel(_metrics(task)[0])
     return plots._save(fig, path)
 
 
 def plot_spectra_by_run(results: dict[str, list[dict]], spectra: dict[str, dict], path: str) -> str:
-    """Layer-0 ROLE spectrum of every run in `spectra`, log scale, a dotted line at each rank bound
-    below the spectra's length (a bound at or above the sequence length cannot bind)."""
+    """Layer-0 spectrum of the reported role of every run in `spectra`, log scale, a dotted line at each
+    rank bound below the spectra's length (a bound at or above the sequence length cannot bind)."""
     fig, ax = plt.subplots(figsize=(7.5, 4), layout="constrained")
     ax.set_prop_cycle(color=COLORS)
     length = 0
     for name, spectrum in spectra.items():
-        values = np.asarray(spectrum[ROLE][0])
+        values = np.asarray(spectrum[_role(spectrum)][0])
         length = max(length, len(values))
         # Exact zeros (beyond every matrix's length) have no place on a log axis.
         ax.plot(np.arange(1, len(values) + 1), np.where(values > 0, values, np.nan), label=name)
@@ -204,7 +216,7 @@ def plot_spectra_by_run(results: dict[str, list[dict]], spectra: dict[str, dict]
         ax.annotate(f"m={bound}", (bound, 1.0), xytext=(2, -10), textcoords="offset points", fontsize=7)
     ax.set_yscale("log")
     ax.set_xlabel("singular value index")
-    ax.set_ylabel(rf"$\sigma_i / \sigma_1$ ({ROLE}, layer 0)")
+    ax.set_ylabel(r"$\sigma_i / \sigma_1$ (layer 0)")
     _legend_outside(ax)
     return plots._save(fig, path)
 
@@ -226,16 +238,18 @@ def write_report(
               (f"{_metrics(task)[0]} against effective rank", EFFECTIVE_RANK_PLOT)]
     if spectra:
         plot_spectra_by_run(results, spectra, os.path.join(out_dir, SPECTRA_PLOT))
-        images.append((f"{ROLE} layer-0 singular values", SPECTRA_PLOT))
+        images.append(("layer-0 singular values", SPECTRA_PLOT))
     sections = [
         f"# {task} comparison, preset {preset}",
         f"Produced by\n\n```\n{command}\n```",
-        "## Test metrics\n\nFeature dim: the rank bound of the encoder self-attention (\"-\": none). "
+        "## Test metrics\n\nFeature dim: the rank bound of the encoder self-attention (of the cross-attention "
+        "for a model without one, the RNN; \"-\": none). "
         "Std over seeds with ddof=1 (\"-\": one seed); the other metrics are means over seeds.",
         accuracy_table(task, results),
-        f"## Attention rank ({ROLE})\n\nMeans over layers, heads and seeds of each run; each matrix's ranks are "
-        "means over the analysed examples (DESIGN.md). \"max <= bound\": the largest numerical rank of any "
-        "layer, head and seed against the kind's rank bound.",
+        "## Attention rank (encoder self-attention; cross-attention for the RNN)\n\nMeans over layers, "
+        "heads and seeds of each run; each matrix's ranks are means over the analysed examples (DESIGN.md). "
+        "\"max <= bound\": the largest numerical rank of any layer, head and seed against the kind's rank "
+        "bound.",
         rank_table(results, head_dim),
         rank_note(results, head_dim),
         "## Plots",

@@ -50,9 +50,16 @@ def _mlm_full() -> Study:
     return Study("configs/mlm.py", {}, runs, seeds=3)
 
 
+def _rnn_runs() -> list[Run]:
+    """The recurrent baseline with Luong's kinds of attention (one head), and without attention."""
+    rnn = {"model.name": "rnn", "model.num_heads": 1}
+    kinds = ("none", "dot", "multiplicative", "additive", "local", "local_predictive", "hard")
+    return [Run(f"rnn_{kind}", {**rnn, "attention.name": kind}) for kind in kinds]
+
+
 def _translation_runs() -> list[Run]:
     # head_dim 16; SCAN commands have at most 9 words, so no feature dim here is below the length.
-    return _rank_bound_grid((16, 64, 256), local_window=3)
+    return _rank_bound_grid((16, 64, 256), local_window=3) + _rnn_runs()
 
 
 def _translation_quick() -> Study:
@@ -69,9 +76,20 @@ def _translation_kinds() -> Study:
     return Study("configs/translation.py", {"num_train_steps": 1_000}, runs, seeds=1)
 
 
+def _translation_splits() -> Study:
+    """The Transformer and the RNN (Luong's multiplicative attention) on each SCAN split, the default
+    config otherwise."""
+    models = {"transformer": {}, "rnn": {"model.name": "rnn", "model.num_heads": 1,
+                                         "attention.name": "multiplicative"}}
+    runs = [Run(f"{model}_{split}", {**overrides, "dataset.split": split})
+            for split in ("simple", "length", "add_jump") for model, overrides in models.items()]
+    return Study("configs/translation.py", {}, runs, seeds=1)
+
+
 _STUDIES = {
     "mlm": {"quick": _mlm_quick, "full": _mlm_full},
-    "translation": {"quick": _translation_quick, "full": _translation_full, "kinds": _translation_kinds},
+    "translation": {"quick": _translation_quick, "full": _translation_full, "kinds": _translation_kinds,
+                    "splits": _translation_splits},
 }
 
 

@@ -3,6 +3,7 @@
 Presets in the argument, comma separated:
   attention=<kind>   every role uses <kind> (see `attention.names()`)
   split=<split>      SCAN split: simple, length or add_jump
+  rnn                the recurrent encoder-decoder with Luong's multiplicative attention, one head
   tiny               a seconds-long run for tests and smoke checks
 e.g. `--config=configs/translation.py:attention=linear,split=length`.
 """
@@ -27,6 +28,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.label_smoothing = 0.0
 
     config.model = ml_collections.ConfigDict()
+    config.model.name = "transformer"  # or "rnn": the recurrent encoder-decoder (models/rnn.py)
     config.model.num_layers = 2  # per stack: encoder and decoder each
     config.model.d_model = 64  # 99.9% exact match on SCAN simple in under 10 min on 2 CPU cores
     config.model.num_heads = 4
@@ -34,6 +36,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.model.dropout_rate = 0.0  # SCAN simple is noiseless and in-distribution: 0.1 only slowed it
     config.model.positions = "sinusoidal"  # or "learned"
     config.model.tied_embeddings = True  # output projection = target embedding^T
+    config.model.cell = "lstm"  # rnn: lstm or gru (d_model is the hidden size; mlp_dim, positions unused)
+    config.model.bidirectional = True  # rnn: a bidirectional encoder
 
     config.attention = common.attention_config()
 
@@ -51,12 +55,19 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     config.wandb = common.wandb_config()
 
-    presets.apply(config, arg, {"attention": common.set_attention, "split": _set_split, "tiny": _set_tiny})
+    presets.apply(config, arg, {"attention": common.set_attention, "split": _set_split, "rnn": _set_rnn,
+                                "tiny": _set_tiny})
     return config
 
 
 def _set_split(config, split):
     config.dataset.split = split
+
+
+def _set_rnn(config, _):
+    config.model.name = "rnn"
+    config.model.num_heads = 1  # Luong's attention has one head
+    config.attention.name = "multiplicative"  # Luong's "general" score
 
 
 def _set_tiny(config, _):

@@ -1,4 +1,5 @@
 """configs/studies.py, analysis/report.py and scripts/compare.py on hand-written eval.json files, no training."""
+import functools
 import importlib
 import json
 import os
@@ -9,6 +10,7 @@ import attention
 from analysis import report
 from configs import studies
 from scripts import compare
+from training import validate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STUDY_KEYS = [(task, preset) for task, presets in studies.presets().items() for preset in presets]
@@ -27,9 +29,14 @@ def _study_config(study: studies.Study):
 
 
 @pytest.mark.parametrize("task, preset", STUDY_KEYS)
-def test_every_run_is_a_registered_kind_with_a_unique_name(task, preset):
+def test_every_run_is_a_valid_config_with_a_unique_name(task, preset):
     study = studies.get_study(task, preset)
-    assert all(run.overrides["attention.name"] in attention.names() for run in study.runs)
+    for run in study.runs:
+        config = _study_config(study)
+        for key, value in {**study.overrides, **run.overrides}.items():
+            *sections, field = key.split(".")
+            functools.reduce(lambda node, name: node[name], sections, config)[field] = value
+        validate.validate(config)  # the kind is registered (or the RNN's "none"), its options accepted
     names = [run.name for run in study.runs]
     assert len(names) == len(set(names))
 
@@ -118,6 +125,27 @@ def test_rank_note_states_each_bound_and_softmax_against_the_head_dim():
     assert "performer_m16: max numerical rank 17.00, above its bound 16." in note
     assert "softmax: mean numerical rank 43.00, above the head dim 32." in note
     assert "softmax" not in report.rank_note(RESULTS)
+
+
+def _rnn_eval(kind, exact_match, ranks, bound):
+    """A translation eval.json of the RNN: a cross role only (or no attention at all)."""
+    return {"step": 100, "task": "translation", "split": "test", "num_examples": 8, "attention": {"cross": kind},
+            "metrics": {"exact_match": exact_match, "token_accuracy": 0.9, "bleu": 90.0, "loss": 0.1},
+            "rank": [_rank_row("cross", layer, rank, bound) for layer, rank in enumerate(ranks)]}
+
+
+def test_rnn_rows_report_their_cross_attention_and_dashes_without_attention(tmp_path):
+    results = {"rnn_none": [_rnn_eval("none", 0.2, [], None)],
+               "rnn_additive": [_rnn_eval("additive", 0.9, [7.0], None)]}
+    assert report.accuracy_table("translation", results).splitlines()[2:] == [
+        "| rnn_none | none | - | 1 | 0.2000 ± - | 0.9000 | 90.0000 | 0.1000 |",
+        "| rnn_additive | additive | - | 1 | 0.9000 ± - | 0.9000 | 90.0000 | 0.1000 |"]
+    assert report.rank_table(results).splitlines()[2:] == [
+        "| rnn_none | none | - | - | - | - | - | - | - |",
+        "| rnn_additive | additive | 64 | 7.00 | 7.00 | 3.50 | 1.50 | - | - |"]
+    spectra = {"rnn_additive": {"cross": [[1.0, 0.5, 0.1]]}}
+    path = report.write_report("translation", "quick", "cmd", results, spectra, str(tmp_path))
+    assert os.path.exists(path) and os.path.exists(tmp_path / report.SPECTRA_PLOT)
 
 
 def test_write_report_embeds_tables_and_plots(tmp_path):

@@ -62,6 +62,8 @@ def attention_analysis(config, workdir, weights, query_len, key_len, bounds, tok
     """Rank rows of eval.json and spectra.json for `weights` (role -> [layers, B, H, Lq, Lk]) whose
     example e is valid on [:query_len[role][e], :key_len[role][e]]; heat maps of example 0 and the
     spectra as plots when `config.eval.plots`."""
+    if not weights:  # a model without attention (the RNN baseline's lower bound)
+        return []
     summary = rank.summarize_attention(weights, query_len, key_len, bounds)
     spectra = {role: rank.mean_spectrum(w, query_len[role], key_len[role]) for role, w in weights.items()}
     with open(os.path.join(workdir, "spectra.json"), "w") as f:

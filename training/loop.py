@@ -89,9 +89,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
                        "grad_norm": float(np.mean([m["grad_norm"] for m in pending])),
                        "steps_per_sec": steps_per_sec}
             writer.write(done, "train", elapsed(), metrics)
-            print(f"step {done}/{config.num_train_steps} | loss {metrics['loss']:.4f} | "
-                  f"{task.PROGRESS_METRIC} {metrics[task.PROGRESS_METRIC]:.4f} | {steps_per_sec:.1f} steps/s | ETA {eta}",
-                  flush=True)
+            progress_metric = task.PROGRESS_METRIC
+            print(f"step {done}/{config.num_train_steps} | loss {metrics['loss']:.4f} | {progress_metric} "
+                  f"{metrics[progress_metric]:.4f} | {steps_per_sec:.1f} steps/s | ETA {eta}", flush=True)
             pending, pending_from = [], done
         if done % config.eval_every_steps == 0 or last:
             eval_metrics = task.summarize(evaluate.metric_totals(

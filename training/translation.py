@@ -13,6 +13,7 @@ from data import files, pipeline, scan
 from data.vocab import Vocabulary
 from models import CAUSAL_ROLES, ROLES, EncoderDecoder, TransformerSpec
 from models.decoding import greedy_decode
+from models.rnn import RecurrentEncoderDecoder, RecurrentSpec
 from training import evaluate, validate
 from training.losses import token_cross_entropy
 from training.steps import make_eval_step
@@ -61,16 +62,26 @@ def prepare_data(config, workdir: str) -> TranslationData:
     return TranslationData(source_vocab, target_vocab, encode(train_pairs), encode(test_pairs), test_pairs)
 
 
-def create_model(config, data: TranslationData) -> EncoderDecoder:
+def create_model(config, data: TranslationData):
+    """The Transformer or, with model.name "rnn", the recurrent encoder-decoder."""
+    params_key, dropout_key = jax.random.split(jax.random.key(config.seed))
+    rngs = nnx.Rngs(params=params_key, dropout=dropout_key)
+    vocab_sizes = len(data.source_vocab), len(data.target_vocab)
+    kinds, options = validate.role_kinds(config), validate.kind_options(config)
+    if config.model.name == "rnn":
+        spec = RecurrentSpec(
+            num_layers=config.model.num_layers, hidden_dim=config.model.d_model, cell=config.model.cell,
+            bidirectional=config.model.bidirectional, num_heads=config.model.num_heads,
+            dropout_rate=config.model.dropout_rate, attention=kinds["cross"],
+            attention_options=options.get(kinds["cross"], {}), tied_embeddings=config.model.tied_embeddings)
+        return RecurrentEncoderDecoder(*vocab_sizes, spec, rngs=rngs, pad_id=Vocabulary.PAD)
     max_len = max(data.train["source"].shape[1], data.train["target"].shape[1])
     spec = TransformerSpec(
         num_layers=config.model.num_layers, d_model=config.model.d_model, num_heads=config.model.num_heads,
         mlp_dim=config.model.mlp_dim, dropout_rate=config.model.dropout_rate, max_len=max_len,
         positions=config.model.positions, tied_embeddings=config.model.tied_embeddings,
-        attention=validate.role_kinds(config), attention_options=validate.kind_options(config))
-    params_key, dropout_key = jax.random.split(jax.random.key(config.seed))
-    return EncoderDecoder(len(data.source_vocab), len(data.target_vocab), spec,
-                          rngs=nnx.Rngs(params=params_key, dropout=dropout_key), pad_id=Vocabulary.PAD)
+        attention=kinds, attention_options=options)
+    return EncoderDecoder(*vocab_sizes, spec, rngs=rngs, pad_id=Vocabulary.PAD)
 
 
 def train_batch(config, data: TranslationData, batch_size: int, step: int) -> dict:
@@ -135,7 +146,7 @@ def attention_analysis(config, workdir: str, model, data: TranslationData) -> li
     rows = evaluate.rank_sample(len(data.test_pairs), config.eval.rank_examples)
     batch = {name: array[rows] for name, array in data.test.items()}
     captured = evaluate.attention_weights(model, _forward, batch)
-    weights = {role: captured[role] for role in ROLES}  # JAX returns dict keys sorted
+    weights = {role: captured[role] for role in ROLES if role in captured}  # JAX returns keys sorted
     source_len = (batch["source"] != Vocabulary.PAD).sum(1)
     target_len = (batch["decoder_input"] != Vocabulary.PAD).sum(1)
     query_len = {"encoder_self": source_len, "decoder_self": target_len, "cross": target_len}

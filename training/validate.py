@@ -5,10 +5,13 @@ from flax import nnx
 
 import attention
 from data import scan_grammar
+from models import rnn
 
 ROLE_FIELDS = ("encoder_self", "decoder_self", "cross")
 TASK_ROLES = {"translation": ROLE_FIELDS, "mlm": ("encoder_self",)}  # the roles each task's model has
 TASKS = tuple(TASK_ROLES)
+MODELS = ("transformer", "rnn")  # translation's model.name
+RNN_ROLES = ("cross",)  # the RNN attends from decoder states to encoder states only
 DATASETS = {"translation": ("scan", "files"), "mlm": ("pydoc", "tfds", "text_files")}
 TOKENIZERS = ("unigram", "bpe")
 POSITIONS = ("sinusoidal", "learned")
@@ -35,14 +38,27 @@ def _get(config, dotted: str):
 
 def role_kinds(config) -> dict[str, str]:
     """The attention kind of each role of the task's model: the role's override, else `attention.name`."""
-    return {role: config.attention[role] or config.attention.name for role in TASK_ROLES[config.task]}
+    return {role: config.attention[role] or config.attention.name for role in model_roles(config)}
+
+
+def _is_rnn(config) -> bool:
+    return config.task == "translation" and config.model.name == "rnn"
+
+
+def model_roles(config) -> tuple[str, ...]:
+    return RNN_ROLES if _is_rnn(config) else TASK_ROLES[config.task]
+
+
+def _allowed_kinds(config) -> list[str]:
+    return attention.names() + ([rnn.NO_ATTENTION] if _is_rnn(config) else [])
 
 
 def kind_options(config) -> dict[str, dict]:
     """Options for each kind in use, taken from `config.attention.*`."""
     candidates = {key: value for key, value in config.attention.items()
                   if key not in ("name", *ROLE_FIELDS)}
-    return {kind: attention.select_options(kind, candidates) for kind in set(role_kinds(config).values())}
+    return {kind: attention.select_options(kind, candidates) for kind in set(role_kinds(config).values())
+            if kind != rnn.NO_ATTENTION}
 
 
 def _check_kind_options(config) -> None:
@@ -96,16 +112,21 @@ def _check_mlm_data(config) -> None:
 
 def validate(config) -> None:
     _choice("task", config.task, TASKS)
+    if config.task == "translation":
+        _choice("model.name", config.model.name, MODELS)
+        _choice("model.cell", config.model.cell, rnn.CELLS)
     for field in POSITIVE_INTS:
         value = _get(config, field)
         if not isinstance(value, int) or value <= 0:
             raise ConfigError(f"config.{field}={value!r} must be a positive integer")
     for role in ROLE_FIELDS:
-        if config.attention[role] and role not in TASK_ROLES[config.task]:
-            raise ConfigError(f"config.attention.{role}={config.attention[role]!r}: the {config.task} model "
-                              f"has no {role} attention (its roles: {', '.join(TASK_ROLES[config.task])})")
+        if config.attention[role] and role not in model_roles(config):
+            model = "rnn" if _is_rnn(config) else config.task
+            raise ConfigError(f"config.attention.{role}={config.attention[role]!r}: the {model} model "
+                              f"has no {role} attention (its roles: {', '.join(model_roles(config))})")
     for role, kind in role_kinds(config).items():
-        _choice(f"attention.{role}" if config.attention[role] else "attention.name", kind, attention.names())
+        _choice(f"attention.{role}" if config.attention[role] else "attention.name", kind,
+                _allowed_kinds(config))
     known_options = attention.all_options() | {"name", *ROLE_FIELDS}
     for key in config.attention:
         _choice(f"attention.{key} (an attention option)", key, sorted(known_options))

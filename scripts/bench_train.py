@@ -1,0 +1,164 @@
+"""Training speed of whole configs, measured in one run: time per step, tokens/s, achieved FLOP/s.
+
+  python scripts/bench_train.py                                   # Transformer vs RNN on SCAN, MLM
+  python scripts/bench_train.py --configs=configs/translation.py,configs/translation.py:rnn --rounds=7
+
+Each config's jitted train step is compiled once, then timed in rounds that alternate between the
+configs, so that noise from a shared machine falls on all of them alike; a config's time is its median
+round. FLOPs per step come from XLA's cost analysis of the compiled step; the dense-matmul FLOP/s it is
+compared with is measured in the same run. Writes JSON and a markdown table under --out.
+"""
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # run as a script from anywhere: the repository's packages must import
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from absl import logging  # noqa: E402
+
+from configs import mlm as mlm_config  # noqa: E402
+from configs import translation as translation_config  # noqa: E402
+from training import steps, tasks, validate  # noqa: E402
+
+CONFIG_MODULES = {"configs/translation.py": translation_config, "configs/mlm.py": mlm_config}
+DEFAULT_CONFIGS = "configs/translation.py,configs/translation.py:rnn,configs/mlm.py"
+
+
+def load_config(spec: str):
+    path, _, arg = spec.partition(":")
+    if path not in CONFIG_MODULES:
+        raise SystemExit(f"--configs: {path!r} is not one of {', '.join(CONFIG_MODULES)}")
+    config = CONFIG_MODULES[path].get_config(arg or None)
+    config.wandb.mode = "disabled"
+    validate.validate(config)
+    return config
+
+
+class Bench:
+    """One config's compiled train step, its batches and its state, ready to time."""
+
+    def __init__(self, spec: str, workdir: str):
+        self.spec = spec
+        config = load_config(spec)
+        task = tasks.get(config.task)
+        data = task.prepare_data(config, workdir)
+        optimizer = steps.create_optimizer(config)
+        graphdef, self.state = steps.init_state(task.create_model(config, data), optimizer)
+        train_step = steps.make_train_step(graphdef, optimizer, task.metric_sums, jax.random.key(0))
+        batch_size = config.per_device_batch_size * jax.local_device_count()
+        self.batches = [task.train_batch(config, data, batch_size, step) for step in range(4)]
+        self.tokens = float(np.mean([_real_tokens(batch) for batch in self.batches]))
+        compiled = train_step.lower(self.state, self.batches[0]).compile()
+        self.flops = _flops(compiled)
+        self.step = train_step
+        self.run(2)  # warm-up: first executions allocate
+
+    def run(self, num_steps: int) -> float:
+        """Seconds per step over `num_steps` steps (one host sync at the end)."""
+        started = time.perf_counter()
+        for index in range(num_steps):
+            self.state, metrics = self.step(self.state, self.batches[index % len(self.batches)])
+        jax.block_until_ready(metrics)
+        return (time.perf_counter() - started) / num_steps
+
+
+def _real_tokens(batch: dict) -> int:
+    """Non-padding tokens the step reads: source + decoder input for translation, inputs for MLM."""
+    names = ("source", "decoder_input") if "source" in batch else ("inputs",)
+    return int(sum((batch[name] != 0).sum() for name in names))
+
+
+def _flops(compiled) -> float | None:
+    analysis = compiled.cost_analysis()
+    analysis = analysis[0] if isinstance(analysis, (list, tuple)) else analysis
+    return float(analysis["flops"]) if analysis and "flops" in analysis else None
+
+
+def matmul_flops_per_sec(size: int = 1024, repeats: int = 20) -> float:
+    """Achieved FLOP/s of a float32 size x size matmul: the machine's dense reference."""
+    a = jax.random.normal(jax.random.key(0), (size, size), jnp.float32)
+    matmul = jax.jit(lambda x: x @ a)
+    x = matmul(a).block_until_ready()
+    started = time.perf_counter()
+    for _ in range(repeats):
+        x = matmul(x)
+    x.block_until_ready()
+    return 2 * size**3 * repeats / (time.perf_counter() - started)
+
+
+def measure(specs: list[str], rounds: int, steps_per_round: int, workdir: str) -> dict:
+    benches = []
+    for spec in specs:
+        print(f"compiling {spec} ...", flush=True)
+        benches.append(Bench(spec, workdir))
+    times = {bench.spec: [] for bench in benches}
+    peak = []
+    for round_index in range(rounds):
+        peak.append(matmul_flops_per_sec())
+        for bench in benches:
+            times[bench.spec].append(bench.run(steps_per_round))
+        print(f"round {round_index + 1}/{rounds}: " + ", ".join(
+            f"{spec} {1e3 * values[-1]:.1f} ms" for spec, values in times.items()), flush=True)
+    matmul = float(np.median(peak))
+    rows = []
+    for bench in benches:
+        seconds = float(np.median(times[bench.spec]))
+        achieved = None if bench.flops is None else bench.flops / seconds
+        rows.append({"config": bench.spec, "ms_per_step": 1e3 * seconds, "tokens_per_step": bench.tokens,
+                     "tokens_per_sec": bench.tokens / seconds, "flops_per_step": bench.flops,
+                     "flops_per_sec": achieved, "fraction_of_matmul": None if achieved is None else achieved / matmul,
+                     "ms_per_step_rounds": [1e3 * t for t in times[bench.spec]]})
+    return {"machine": _machine(), "matmul_flops_per_sec": matmul, "rounds": rounds,
+            "steps_per_round": steps_per_round, "configs": rows}
+
+
+def _machine() -> dict:
+    device = jax.devices()[0]
+    return {"platform": device.platform, "device": device.device_kind, "device_count": jax.device_count(),
+            "cpu_count": os.cpu_count(), "processor": platform.processor() or platform.machine(),
+            "jax": jax.__version__}
+
+
+def table(result: dict) -> str:
+    first = result["configs"][0]["ms_per_step"]
+    lines = ["| config | ms/step | x first | tokens/s | GFLOP/step | GFLOP/s | of matmul |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for row in result["configs"]:
+        flops = "-" if row["flops_per_step"] is None else f"{row['flops_per_step'] / 1e9:.2f}"
+        rate = "-" if row["flops_per_sec"] is None else f"{row['flops_per_sec'] / 1e9:.1f}"
+        fraction = "-" if row["fraction_of_matmul"] is None else f"{100 * row['fraction_of_matmul']:.0f}%"
+        lines.append(f"| `{row['config']}` | {row['ms_per_step']:.1f} | {row['ms_per_step'] / first:.2f} | "
+                     f"{row['tokens_per_sec']:,.0f} | {flops} | {rate} | {fraction} |")
+    lines.append(f"\nDense float32 1024x1024 matmul in the same run: "
+                 f"{result['matmul_flops_per_sec'] / 1e9:.1f} GFLOP/s.")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--configs", default=DEFAULT_CONFIGS, help="comma-separated FILE[:PRESETS]")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps_per_round", type=int, default=20)
+    parser.add_argument("--out", default="reports/bench")
+    parser.add_argument("--workdir", default="runs/bench", help="vocabularies of the translation configs")
+    args = parser.parse_args()
+    logging.set_verbosity(logging.WARNING)
+    result = measure(args.configs.split(","), args.rounds, args.steps_per_round, args.workdir)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "train.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    with open(os.path.join(args.out, "train.md"), "w") as f:
+        f.write(table(result) + "\n")
+    print(table(result))
+    print(f"written: {os.path.join(args.out, 'train.json')}, train.md")
+
+
+if __name__ == "__main__":
+    main()
