@@ -33,3 +33,15 @@ def wandb_config() -> ml_collections.ConfigDict:
 
 def set_attention(config, name):
     config.attention.name = name
+
+
+def set_tiny_schedule(config) -> None:
+    """The seconds-long schedule of every task's `tiny` preset (each task then shrinks its own sizes)."""
+    config.num_train_steps = 20
+    config.log_every_steps = 5
+    config.eval_every_steps = 10
+    config.checkpoint_every_steps = 10
+    config.warmup_steps = 5
+    config.eval.rank_examples = 4
+    config.eval.plots = False
+    config.wandb.mode = "disabled"

@@ -81,18 +81,11 @@ def _set_quick(config, _):
 
 
 def _set_tiny(config, _):
-    config.num_train_steps = 20
-    config.log_every_steps = 5
-    config.eval_every_steps = 10
-    config.checkpoint_every_steps = 10
+    common.set_tiny_schedule(config)
     config.per_device_batch_size = 8
-    config.warmup_steps = 5
     config.model.num_layers = 1
     config.model.d_model = 32
     config.model.mlp_dim = 64
     config.dataset.seq_len = 32
     config.dataset.vocab_size = 200
     config.eval.batch_size = 32
-    config.eval.rank_examples = 4
-    config.eval.plots = False
-    config.wandb.mode = "disabled"

@@ -71,17 +71,10 @@ def _set_rnn(config, _):
 
 
 def _set_tiny(config, _):
-    config.num_train_steps = 20
-    config.log_every_steps = 5
-    config.eval_every_steps = 10
-    config.checkpoint_every_steps = 10
+    common.set_tiny_schedule(config)
     config.per_device_batch_size = 16
-    config.warmup_steps = 5
     config.model.num_layers = 1
     config.model.d_model = 32
     config.model.num_heads = 2
     config.model.mlp_dim = 64
     config.eval.batch_size = 256
-    config.eval.rank_examples = 4
-    config.eval.plots = False
-    config.wandb.mode = "disabled"

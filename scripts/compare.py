@@ -7,7 +7,8 @@
 The grids are in configs/studies.py. Each (run, seed) trains in its own process and workdir,
 <runs_dir>/<task>/<preset>/<run>/seed<k> (its log in train.log there); one whose eval.json is at the
 config's last step is skipped, so an interrupted study resumes. Arguments after `--` go to every train.py
-run. The report (tables, plots) goes to <reports_dir>/<task>/report.md, from every run that finished.
+run. The report (tables, plots) goes to <reports_dir>/<task>/report.md for the quick preset and to
+<reports_dir>/<task>/<preset>/report.md for the others, from every run that finished.
 """
 import argparse
 import concurrent.futures
@@ -77,6 +78,11 @@ def train_command(study: studies.Study, run: studies.Run, seed: int, workdir: st
         f"--config.wandb.group={group}",
         *extra,
     ]
+
+
+def report_dir(reports_dir: str, task: str, preset: str) -> str:
+    """The quick study's report is the task's; another preset's sits beside it, so none overwrites another."""
+    return os.path.join(reports_dir, task, *([] if preset == "quick" else [preset]))
 
 
 def _read_json(path: str) -> dict:
@@ -197,7 +203,7 @@ def main(argv: list[str] | None = None) -> None:
     results, spectra, head_dim = load_results(workdirs)
     if results:
         command = shlex.join(["python", "scripts/compare.py", *argv])
-        out_dir = os.path.join(args.reports_dir, args.task)
+        out_dir = report_dir(args.reports_dir, args.task, args.preset)
         path = report.write_report(args.task, args.preset, command, results, spectra, out_dir, head_dim)
         print(f"\n{report.accuracy_table(args.task, results)}\n\nreport: {path}", flush=True)
     if failed:

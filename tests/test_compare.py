@@ -61,6 +61,11 @@ def test_mlm_full_extends_quick_and_kinds_covers_every_kind_once():
     assert [run.name for run in kinds.runs] == [name for name in attention.names() if name != "scaled_dot"]
 
 
+def test_each_preset_reports_in_its_own_directory():
+    assert compare.report_dir("reports", "mlm", "quick") == os.path.join("reports", "mlm")
+    assert compare.report_dir("reports", "mlm", "full") == os.path.join("reports", "mlm", "full")
+
+
 def test_unknown_task_or_preset_names_the_allowed_ones():
     with pytest.raises(ValueError, match="tasks: mlm, translation"):
         studies.get_study("vision", "quick")

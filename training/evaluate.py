@@ -11,7 +11,7 @@ from analysis import plots, rank
 from data import pipeline
 from training import tasks, validate
 from training.checkpoints import Checkpoints
-from training.steps import create_optimizer, init_state
+from training.steps import create_optimizer, init_state, make_eval_step
 
 
 @contextlib.contextmanager
@@ -50,6 +50,13 @@ def metric_totals(eval_step, params, rest, arrays, batch_size: int) -> dict:
         sums = jax.device_get(eval_step(params, rest, batch))
         totals = sums if totals is None else jax.tree.map(np.add, totals, sums)
     return totals
+
+
+def model_metric_totals(model, metric_sums, arrays, batch_size: int) -> dict:
+    """metric_totals of `model` itself, in evaluation mode."""
+    model.eval()
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    return metric_totals(make_eval_step(graphdef, metric_sums), params, rest, arrays, batch_size)
 
 
 def rank_sample(num_rows: int, num_examples: int) -> np.ndarray:

@@ -15,7 +15,6 @@ from data import files, mlm, text_corpus, tokenizer
 from models import MaskedLanguageModel, TransformerSpec
 from training import evaluate, validate
 from training.losses import token_cross_entropy
-from training.steps import make_eval_step
 
 PROGRESS_METRIC = "masked_accuracy"
 
@@ -139,10 +138,7 @@ def attention_analysis(config, workdir: str, model, data: MlmData) -> list:
 
 def evaluate_model(config, workdir: str, model, data: MlmData, step: int) -> dict:
     """Masked-token metrics on the whole test split (fixed masking) and attention ranks -> eval.json."""
-    model.eval()
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-    eval_step = make_eval_step(graphdef, metric_sums)
-    totals = evaluate.metric_totals(eval_step, params, rest, data.test, config.eval.batch_size)
+    totals = evaluate.model_metric_totals(model, metric_sums, data.test, config.eval.batch_size)
     return evaluate.write_eval_json(workdir, {
         "step": int(step),
         "task": "mlm",

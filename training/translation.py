@@ -16,7 +16,6 @@ from models.decoding import greedy_decode
 from models.rnn import RecurrentEncoderDecoder, RecurrentSpec
 from training import evaluate, validate
 from training.losses import token_cross_entropy
-from training.steps import make_eval_step
 
 PROGRESS_METRIC = "token_accuracy"
 
@@ -161,10 +160,7 @@ def attention_analysis(config, workdir: str, model, data: TranslationData) -> li
 
 def evaluate_model(config, workdir: str, model, data: TranslationData, step: int) -> dict:
     """Evaluates on the whole test split and writes `eval.json` in the workdir; returns its content."""
-    model.eval()
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-    eval_step = make_eval_step(graphdef, metric_sums)
-    metrics = summarize(evaluate.metric_totals(eval_step, params, rest, data.test, config.eval.batch_size))
+    metrics = summarize(evaluate.model_metric_totals(model, metric_sums, data.test, config.eval.batch_size))
     outputs = greedy_outputs(model, data, config.eval.batch_size)
     references = [target for _, target in data.test_pairs]
     return evaluate.write_eval_json(workdir, {
