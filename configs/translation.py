@@ -25,6 +25,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.warmup_steps = 200
     config.weight_decay = 0.01  # AdamW
     config.grad_clip_norm = 1.0  # global norm
+    # A step with a non-finite loss or gradient never updates the parameters; then "stop" ends the run
+    # with an error naming the step, "skip" trains on and counts such steps (`skipped_steps` in metrics).
+    config.nonfinite = "stop"
     config.label_smoothing = 0.0
 
     config.model = ml_collections.ConfigDict()

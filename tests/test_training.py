@@ -114,6 +114,7 @@ ERRORS = [
     ({"attention.num_fetures": 3}, ConfigError, "num_fetures"),
     ({"attention.name": "taylor", "attention.taylor_order": 3}, ConfigError, "taylor_order"),
     ({"attention.cross": "local", "attention.window": -1}, ConfigError, "kind 'local'.*window"),
+    ({"nonfinite": "ignore"}, ConfigError, "nonfinite='ignore'.*choose one of: stop, skip"),
 ]
 
 
@@ -122,8 +123,8 @@ def test_bad_configs_fail_before_compilation(tiny_config, tmp_path, monkeypatch,
     config = tiny_config()
     with config.unlocked():
         for field, value in overrides.items():
-            parent, name = field.rsplit(".", 1)
-            config[parent][name] = value
+            parent, _, name = field.rpartition(".")
+            (config[parent] if parent else config)[name] = value
     monkeypatch.setattr(loop, "make_train_step", _no_compilation)
     with pytest.raises(error, match=message):
         loop.train_and_evaluate(config, str(tmp_path))

@@ -7,7 +7,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from training import evaluate, tasks, validate
+from training import evaluate, interrupts, tasks, validate
 from training.checkpoints import Checkpoints
 from training.metrics import MetricsWriter
 from training.steps import create_optimizer, init_state, learning_rate_schedule, make_eval_step, make_train_step
@@ -32,17 +32,63 @@ class _Progress:
         return steps_per_sec, _format_duration((self.total - step) / max(steps_per_sec, 1e-9))
 
 
-def _check_finite(step_metrics: list, first_step: int) -> None:
-    finite = np.asarray([m["finite"] for m in step_metrics])
-    if not finite.all():
-        bad = first_step + int(np.argmin(finite)) + 1
+def _host_window(pending: list) -> list[dict]:
+    """The per-step metrics of the logging window so far, as Python floats: JSON for a checkpoint's
+    metadata, and summed in float64 whether they come from the device or from a restored checkpoint,
+    so that a run resumed mid-window logs the numbers an uninterrupted one does."""
+    return [{key: float(value) for key, value in metrics.items()} for metrics in jax.device_get(pending)]
+
+
+def _check_finite(window: list[dict], done: int, nonfinite: str) -> int:
+    """The number of steps of the window (ending at step `done`) whose update was skipped as non-finite;
+    with nonfinite="stop", the first of them stops the run."""
+    finite = np.asarray([metrics["finite"] for metrics in window], bool)
+    skipped = int((~finite).sum())
+    if not skipped:
+        return 0
+    first_bad = done - len(window) + int(np.argmin(finite)) + 1
+    if nonfinite == "stop":
         raise FloatingPointError(
-            f"non-finite loss or gradient at step {bad}; stopping. That update was skipped, so the "
-            f"parameters are those of step {bad - 1}; lower learning_rate or check the data.")
+            f"non-finite loss or gradient at step {first_bad}; stopping. Its update was skipped, so no "
+            f"checkpoint holds non-finite values; lower learning_rate, check the data, or set "
+            f"config.nonfinite='skip' to train on past such steps.")
+    print(f"warning: {skipped} of the {len(window)} steps up to step {done} had a non-finite loss or "
+          f"gradient (first: step {first_bad}); their updates were skipped", flush=True)
+    return skipped
+
+
+def _log_train_window(task, config, writer: MetricsWriter, pending: list, done: int, elapsed_s: float,
+                      progress: _Progress) -> None:
+    """Writes and prints the train metrics of the logging window ending at step `done`, over its steps
+    whose update was applied (all of them when none was: such a window reports its non-finite loss)."""
+    window = _host_window(pending)  # the one host sync per logging window
+    skipped = _check_finite(window, done, config.nonfinite)
+    counted = [metrics for metrics in window if metrics["finite"]] or window
+    sums = jax.tree.map(lambda *values: np.sum(values), *counted)
+    steps_per_sec, eta = progress.update(done)
+    metrics = {**task.summarize(sums), "learning_rate": float(learning_rate_schedule(config)(done - 1)),
+               "grad_norm": float(np.mean([m["grad_norm"] for m in counted])), "steps_per_sec": steps_per_sec}
+    if config.nonfinite == "skip":
+        metrics["skipped_steps"] = skipped
+    writer.write(done, "train", elapsed_s, metrics)
+    progress_metric = task.PROGRESS_METRIC
+    print(f"step {done}/{config.num_train_steps} | loss {metrics['loss']:.4f} | {progress_metric} "
+          f"{metrics[progress_metric]:.4f} | {steps_per_sec:.1f} steps/s | ETA {eta}", flush=True)
+
+
+def _exit_interrupted(step: int, stop: interrupts.StopRequest, checkpoints: Checkpoints, writer: MetricsWriter):
+    checkpoints.close()  # waits for the asynchronous save to complete
+    writer.close()
+    print(f"interrupted at step {step}: checkpoint saved, restart the same command to resume", flush=True)
+    raise SystemExit(stop.exit_status())
 
 
 def train_and_evaluate(config, workdir: str) -> dict:
-    """Trains `config` in `workdir` (resuming from its latest checkpoint) and returns eval.json's content."""
+    """Trains `config` in `workdir` (resuming from its latest checkpoint) and returns eval.json's content.
+
+    SIGTERM or SIGINT while it trains: it checkpoints the step it is at and raises SystemExit with the
+    status of a process killed by that signal (see interrupts.StopRequest), for a restart to resume.
+    """
     validate.validate(config)
     os.makedirs(workdir, exist_ok=True)
     with open(os.path.join(workdir, "config.json"), "w") as f:
@@ -54,10 +100,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
     graphdef, state = init_state(model, optimizer)
 
     checkpoints = Checkpoints(os.path.join(workdir, "checkpoints"))
-    start_step, elapsed_before = 0, 0.0
-    if (latest := checkpoints.latest_step()) is not None:
-        state, metadata = checkpoints.restore(latest, state)
-        start_step, elapsed_before = latest, metadata["elapsed_s"]
+    start_step, metadata = 0, {"elapsed_s": 0.0}
+    if (restored := checkpoints.restore_latest(state)) is not None:
+        start_step, state, metadata = restored
         print(f"resuming {workdir} from step {start_step}", flush=True)
     writer = MetricsWriter(workdir, config, start_step)
 
@@ -65,42 +110,37 @@ def train_and_evaluate(config, workdir: str) -> dict:
     dropout_key = jax.random.fold_in(jax.random.key(config.seed), 1)
     train_step = make_train_step(graphdef, optimizer, loss_fn, dropout_key)
     eval_step = make_eval_step(graphdef, task.metric_sums)
-    schedule = learning_rate_schedule(config)
     batch_size = config.per_device_batch_size * jax.local_device_count()
 
     started = time.time()
     def elapsed():
-        return elapsed_before + time.time() - started
+        return metadata["elapsed_s"] + time.time() - started
 
     progress = _Progress(start_step, config.num_train_steps)
-    pending, pending_from = [], start_step
-    for step in range(start_step, config.num_train_steps):
-        batch = task.train_batch(config, data, batch_size, step)
-        state, step_metrics = train_step(state, batch)
-        pending.append(step_metrics)
-        done = step + 1
-        last = done == config.num_train_steps
-        if done % config.log_every_steps == 0 or last:
-            pending = jax.device_get(pending)  # the one host sync per logging window
-            _check_finite(pending, pending_from)
-            sums = jax.tree.map(lambda *values: np.sum(values), *pending)
-            steps_per_sec, eta = progress.update(done)
-            metrics = {**task.summarize(sums), "learning_rate": float(schedule(done - 1)),
-                       "grad_norm": float(np.mean([m["grad_norm"] for m in pending])),
-                       "steps_per_sec": steps_per_sec}
-            writer.write(done, "train", elapsed(), metrics)
-            progress_metric = task.PROGRESS_METRIC
-            print(f"step {done}/{config.num_train_steps} | loss {metrics['loss']:.4f} | {progress_metric} "
-                  f"{metrics[progress_metric]:.4f} | {steps_per_sec:.1f} steps/s | ETA {eta}", flush=True)
-            pending, pending_from = [], done
-        if done % config.eval_every_steps == 0 or last:
-            eval_metrics = task.summarize(evaluate.metric_totals(
-                eval_step, state["params"], state["rest"], data.validation, config.eval.batch_size))
-            writer.write(done, "eval", elapsed(), eval_metrics)
-            print(f"eval at step {done} | " + " | ".join(f"{k} {v:.4f}" for k, v in eval_metrics.items()),
-                  flush=True)
-        if done % config.checkpoint_every_steps == 0 or last:
-            checkpoints.save(done, state, {"elapsed_s": elapsed()})
+    # The steps of the logging window that the checkpoint cut (none in checkpoints older than this field).
+    pending = metadata.get("window", [])
+    with interrupts.stop_requests() as stop:
+        for step in range(start_step, config.num_train_steps):
+            batch = task.train_batch(config, data, batch_size, step)
+            state, step_metrics = train_step(state, batch)
+            pending.append(step_metrics)
+            done = step + 1
+            last = done == config.num_train_steps
+            if done % config.log_every_steps == 0 or last:
+                _log_train_window(task, config, writer, pending, done, elapsed(), progress)
+                pending = []
+            if done % config.eval_every_steps == 0 or last:
+                eval_metrics = task.summarize(evaluate.metric_totals(
+                    eval_step, state["params"], state["rest"], data.validation, config.eval.batch_size))
+                writer.write(done, "eval", elapsed(), eval_metrics)
+                print(f"eval at step {done} | " + " | ".join(f"{k} {v:.4f}" for k, v in eval_metrics.items()),
+                      flush=True)
+            # On a stop request, a checkpoint of this step (unless it has just had its regular one).
+            if done % config.checkpoint_every_steps == 0 or last or stop.signum:
+                pending = _host_window(pending)
+                checkpoints.save(done, state, {"elapsed_s": elapsed(), "window": pending})
+            if stop.signum:
+                _exit_interrupted(done, stop, checkpoints, writer)
     checkpoints.close()
 
     nnx.update(model, state["params"], state["rest"])

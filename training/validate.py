@@ -16,6 +16,7 @@ DATASETS = {"translation": ("scan", "files"), "mlm": ("pydoc", "tfds", "text_fil
 TOKENIZERS = ("unigram", "bpe")
 POSITIONS = ("sinusoidal", "learned")
 WANDB_MODES = ("online", "offline", "disabled")
+NONFINITE = ("stop", "skip")  # what training does after a step with a non-finite loss or gradient
 POSITIVE_INTS = ("num_train_steps", "log_every_steps", "eval_every_steps", "checkpoint_every_steps",
                  "per_device_batch_size", "model.num_layers", "model.d_model", "model.num_heads",
                  "model.mlp_dim", "eval.batch_size")
@@ -135,6 +136,7 @@ def validate(config) -> None:
                           f"config.model.num_heads={config.model.num_heads}")
     _check_kind_options(config)
     _choice("model.positions", config.model.positions, POSITIONS)
+    _choice("nonfinite", config.nonfinite, NONFINITE)
     _choice("dataset.name", config.dataset.name, DATASETS[config.task])
     (_check_translation_data if config.task == "translation" else _check_mlm_data)(config)
     mode = os.environ.get("WANDB_MODE") or config.wandb.mode

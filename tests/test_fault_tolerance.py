@@ -1,0 +1,190 @@
+"""Fault tolerance: train.py stopped by SIGTERM exits cleanly and its rerun resumes to the parameters
+and metrics of an uninterrupted run; so does a restart whose latest checkpoint does not restore;
+non-finite steps stop the run or are skipped and counted."""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from training import interrupts, loop, translation
+from training.checkpoints import CheckpointError, Checkpoints
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WALL_CLOCK = ("elapsed_s", "steps_per_sec")  # the only fields an interruption may change
+
+
+def _skip_final_evaluation(monkeypatch) -> None:
+    # Decoding and rank analysis are half a tiny run's time, and test_training's concern.
+    monkeypatch.setattr(translation, "evaluate_model", lambda *args: {"metrics": {}})
+
+
+@pytest.fixture
+def no_final_evaluation(monkeypatch):
+    _skip_final_evaluation(monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def straight(tiny_config, tmp_path_factory):
+    """(config, workdir) of an uninterrupted tiny run: 20 steps, logged every 5, checkpoints at 14 and 20
+    (every 7 steps, so that the older one falls mid-window)."""
+    config = tiny_config()
+    config.checkpoint_every_steps = 7  # saving changes neither the training nor the metrics
+    workdir = str(tmp_path_factory.mktemp("straight"))
+    with pytest.MonkeyPatch.context() as patch:
+        _skip_final_evaluation(patch)
+        loop.train_and_evaluate(config, workdir)
+    return config, workdir
+
+
+def _metric_lines(workdir: str) -> list[dict]:
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return [{k: v for k, v in json.loads(line).items() if k not in WALL_CLOCK} for line in f]
+
+
+def _assert_same_state(workdir: str, reference: str, step: int) -> None:
+    """The saved states at `step`, read by Orbax without a target (not through the loop's restore)."""
+    def read(directory):
+        state = ocp.StandardCheckpointer().restore(os.path.join(directory, "checkpoints", str(step), "state"))
+        return {key: state[key] for key in ("step", "params", "opt_state")}
+    jax.tree.map(np.testing.assert_array_equal, read(workdir), read(reference))
+
+
+def test_stop_requests_catch_the_signals_then_restore_the_handlers():
+    before = {signum: signal.getsignal(signum) for signum in interrupts.SIGNALS}
+    with interrupts.stop_requests() as stop:
+        signal.raise_signal(signal.SIGINT)  # no KeyboardInterrupt: just the request
+        assert (stop.signum, stop.exit_status()) == (signal.SIGINT, 130)
+        with pytest.raises(KeyboardInterrupt):  # a second one acts as before: the way out of a hang
+            signal.raise_signal(signal.SIGINT)
+        signal.raise_signal(signal.SIGTERM)
+        assert stop.signum == signal.SIGINT  # the first signal decides the exit status
+    assert {signum: signal.getsignal(signum) for signum in interrupts.SIGNALS} == before
+
+
+def _wait_for_first_metrics_line(process: subprocess.Popen, workdir: str, timeout: float = 300) -> None:
+    path, deadline = os.path.join(workdir, "metrics.jsonl"), time.time() + timeout
+    while not (os.path.exists(path) and os.path.getsize(path)):
+        assert process.poll() is None, f"train.py exited with {process.returncode} before training"
+        assert time.time() < deadline, "train.py wrote no metrics in time"
+        time.sleep(0.01)
+
+
+def test_train_py_stopped_by_sigterm_resumes_to_the_uninterrupted_result(straight, data_files, tmp_path):
+    _, reference = straight  # the same config, but for checkpoint_every_steps
+    workdir, log_path = str(tmp_path / "run"), str(tmp_path / "train.log")
+    command = [sys.executable, "train.py", "--config=configs/translation.py:tiny",
+               "--config.dataset.name=files", f"--config.dataset.train_file={data_files[0]}",
+               f"--config.dataset.test_file={data_files[1]}", f"--workdir={workdir}"]
+    with open(log_path, "w") as log:  # a file, not a pipe, which the waiting below would leave unread
+        process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        _wait_for_first_metrics_line(process, workdir)  # step 5; compiling the evaluation at 10 takes longer
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=120)
+    with open(log_path) as f:
+        output = f.read()
+    assert process.returncode == 128 + signal.SIGTERM, output
+    stopped = re.search(r"^interrupted at step (\d+): checkpoint saved, restart the same command to resume$",
+                        output, re.MULTILINE)
+    assert stopped, output
+    step = int(stopped.group(1))
+    assert Checkpoints(os.path.join(workdir, "checkpoints")).latest_step() == step < 20
+
+    rerun = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert f"resuming {workdir} from step {step}" in rerun.stdout
+    with open(os.path.join(workdir, "eval.json")) as f:
+        assert json.load(f)["step"] == 20
+    assert _metric_lines(workdir) == _metric_lines(reference)
+    _assert_same_state(workdir, reference, 20)
+
+
+def _truncate_files(directory: str) -> None:
+    for parent, _, names in os.walk(directory):
+        for name in names:
+            open(os.path.join(parent, name), "w").close()
+
+
+def test_a_latest_checkpoint_that_does_not_restore_falls_back_to_the_older_one(straight, tmp_path, capsys,
+                                                                              no_final_evaluation):
+    config, reference = straight
+    workdir = str(tmp_path / "run")
+    shutil.copytree(reference, workdir)
+    checkpoints = os.path.join(workdir, "checkpoints")
+    _truncate_files(os.path.join(checkpoints, "20"))  # e.g. a disk that filled up after the rename
+    loop.train_and_evaluate(config, workdir)
+    out = capsys.readouterr().out
+    assert re.search(r"^warning: checkpoint at step 20 in .* does not restore", out, re.MULTILINE), out
+    assert f"resuming {workdir} from step 14" in out
+    assert [name for name in os.listdir(checkpoints) if name.startswith("20.unrestorable-")]
+    # Steps 15-20 trained again, to the same state and metrics: the step-15 line averages steps 11-15,
+    # of which 11-14 ran before the restart and came back with checkpoint 14.
+    assert _metric_lines(workdir) == _metric_lines(reference)
+    _assert_same_state(workdir, reference, 20)
+
+
+def test_when_no_checkpoint_restores_the_error_says_so_and_moves_nothing(straight, tmp_path):
+    config, reference = straight
+    workdir = str(tmp_path / "run")
+    shutil.copytree(reference, workdir)
+    checkpoints = os.path.join(workdir, "checkpoints")
+    for step in ("14", "20"):
+        _truncate_files(os.path.join(checkpoints, step))
+    with pytest.raises(CheckpointError, match="no checkpoint in .* restores"):
+        loop.train_and_evaluate(config, workdir)
+    assert sorted(os.listdir(checkpoints)) == ["14", "20"]
+
+
+def test_a_save_cut_short_is_not_a_checkpoint(straight, tmp_path):
+    _, reference = straight
+    checkpoints = str(tmp_path / "checkpoints")
+    shutil.copytree(os.path.join(reference, "checkpoints"), checkpoints)
+    # What a process killed mid-save leaves (seen with SIGKILL on Orbax 0.12): the step's temporary directory.
+    os.rename(os.path.join(checkpoints, "20"), os.path.join(checkpoints, "20.orbax-checkpoint-tmp"))
+    assert Checkpoints(checkpoints).latest_step() == 14
+
+
+def _nan_at_steps(monkeypatch, steps: set[int]) -> None:
+    """A NaN loss (and loss sum) at the given 0-based steps, through a factor the batch carries."""
+    train_batch, metric_sums = translation.train_batch, translation.metric_sums
+
+    def batch_with_factor(config, data, batch_size, step):
+        factor = np.float32(np.nan if step in steps else 1.0)
+        return {**train_batch(config, data, batch_size, step), "factor": factor}
+
+    def sums_times_factor(model, batch, label_smoothing=0.0):
+        loss, sums = metric_sums(model, batch, label_smoothing)
+        factor = batch.get("factor", 1.0)  # evaluation batches have none
+        return loss * factor, {**sums, "loss": sums["loss"] * factor}
+
+    monkeypatch.setattr(translation, "train_batch", batch_with_factor)
+    monkeypatch.setattr(translation, "metric_sums", sums_times_factor)
+
+
+def test_nonfinite_skip_trains_on_and_counts_skipped_steps(tiny_config, tmp_path, monkeypatch, capsys,
+                                                           no_final_evaluation):
+    config = tiny_config()
+    config.nonfinite, config.num_train_steps = "skip", 10
+    _nan_at_steps(monkeypatch, {2, 3})  # steps 3 and 4 of the first logging window
+    loop.train_and_evaluate(config, str(tmp_path))
+    train = [line for line in _metric_lines(str(tmp_path)) if line["split"] == "train"]
+    assert [(line["step"], line["skipped_steps"]) for line in train] == [(5, 2), (10, 0)]
+    assert all(np.isfinite(line["loss"]) for line in train)  # over the steps that were applied
+    warnings = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
+    assert warnings == ["warning: 2 of the 5 steps up to step 5 had a non-finite loss or gradient "
+                        "(first: step 3); their updates were skipped"]
+
+
+def test_nonfinite_stop_names_the_step(tiny_config, tmp_path, monkeypatch):
+    config = tiny_config()
+    _nan_at_steps(monkeypatch, {3})
+    with pytest.raises(FloatingPointError, match="non-finite loss or gradient at step 4; stopping"):
+        loop.train_and_evaluate(config, str(tmp_path))
