@@ -10,7 +10,7 @@ PRESET ?= quick
 # Tests run in parallel on all cores; PYTEST_ARGS adds to them (e.g. PYTEST_ARGS="-k attention").
 PYTEST_ARGS ?=
 
-.PHONY: setup train eval test compare clean
+.PHONY: setup train eval test compare bench clean
 
 setup: $(VENV)/.installed
 
@@ -31,6 +31,11 @@ test: setup
 
 compare: setup
 	$(PY) scripts/compare.py --task=$(TASK) --preset=$(PRESET)
+
+# Benchmarks write JSON and markdown tables to reports/bench (see docs/benchmarks.md).
+bench: setup
+	$(PY) scripts/bench_train.py
+	$(PY) scripts/bench_attention.py
 
 clean:
 	rm -rf runs .pytest_cache
