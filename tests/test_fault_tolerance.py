@@ -58,7 +58,15 @@ def _assert_same_state(workdir: str, reference: str, step: int) -> None:
     jax.tree.map(np.testing.assert_array_equal, read(workdir), read(reference))
 
 
-def test_stop_requests_catch_the_signals_then_restore_the_handlers():
+@pytest.fixture
+def python_sigint_handler():
+    """Python's own SIGINT handler, which pytest-xdist's workers replace by SIG_IGN."""
+    original = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, original)
+
+
+def test_stop_requests_catch_the_signals_then_restore_the_handlers(python_sigint_handler):
     before = {signum: signal.getsignal(signum) for signum in interrupts.SIGNALS}
     with interrupts.stop_requests() as stop:
         signal.raise_signal(signal.SIGINT)  # no KeyboardInterrupt: just the request
