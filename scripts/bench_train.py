@@ -94,6 +94,7 @@ def matmul_flops_per_sec(size: int = 1024, repeats: int = 20) -> float:
 
 
 def measure(specs: list[str], rounds: int, steps_per_round: int, workdir: str) -> dict:
+    os.makedirs(workdir, exist_ok=True)
     benches = []
     for spec in specs:
         print(f"compiling {spec} ...", flush=True)
