@@ -315,7 +315,7 @@ def _skip_notes(result: dict, mode: str) -> list[str]:
 def markdown(result: dict) -> str:
     s = result["settings"]
     m = result["machine"]
-    lines = [f"# One attention layer, forward+backward (grad w.r.t. q, k, v)\n",
+    lines = ["# One attention layer, forward+backward (grad w.r.t. q, k, v)\n",
              f"B={s['batch']}, H={s['heads']}, D={s['head_dim']}, float32; median of {s['repeats']} timings; "
              f"{m['platform']} ({m['device']}), {m['cpu_count']} CPUs, jax {m['jax']}. "
              f"`{REFERENCE}` is `jax.nn.dot_product_attention`. Memory is XLA's planned buffer size "
