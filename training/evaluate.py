@@ -9,6 +9,7 @@ from flax import nnx
 
 from analysis import plots, rank
 from data import pipeline
+from models import CAUSAL_ROLES
 from training import tasks, validate
 from training.checkpoints import Checkpoints
 from training.steps import create_optimizer, init_state, make_eval_step
@@ -65,12 +66,19 @@ def rank_sample(num_rows: int, num_examples: int) -> np.ndarray:
     return np.sort(np.random.default_rng(0).choice(num_rows, count, replace=False))
 
 
-def attention_analysis(config, workdir, weights, query_len, key_len, bounds, tokens_q, tokens_k) -> list:
+def rank_bounds(model) -> dict:
+    """feature_dim of each role's kind where no causal mask lifts the bound; else None."""
+    return {role: None if role in CAUSAL_ROLES else layers[0].feature_dim
+            for role, layers in model.attention_layers().items()}
+
+
+def attention_analysis(config, workdir, model, weights, query_len, key_len, tokens_q, tokens_k) -> list:
     """Rank rows of eval.json and spectra.json for `weights` (role -> [layers, B, H, Lq, Lk]) whose
     example e is valid on [:query_len[role][e], :key_len[role][e]]; heat maps of example 0 and the
     spectra as plots when `config.eval.plots`."""
     if not weights:  # a model without attention (the RNN baseline's lower bound)
         return []
+    bounds = rank_bounds(model)
     summary = rank.summarize_attention(weights, query_len, key_len, bounds)
     spectra = {role: rank.mean_spectrum(w, query_len[role], key_len[role]) for role, w in weights.items()}
     with open(os.path.join(workdir, "spectra.json"), "w") as f:

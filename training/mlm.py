@@ -120,10 +120,6 @@ def summarize(sums: dict) -> dict:
             "perplexity": math.exp(min(loss, 700.0))}  # exp overflows a float beyond ~709
 
 
-def rank_bounds(model: MaskedLanguageModel) -> dict:
-    return {role: layers[0].feature_dim for role, layers in model.attention_layers().items()}
-
-
 def attention_analysis(config, workdir: str, model, data: MlmData) -> list:
     inputs = data.test["inputs"]
     rows = evaluate.rank_sample(len(inputs), config.eval.rank_examples)
@@ -132,8 +128,7 @@ def attention_analysis(config, workdir: str, model, data: MlmData) -> list:
     lengths = {"encoder_self": (batch["inputs"] != tokenizer.PAD).sum(1)}
     pieces = [data.tokenizer.piece(int(i)) for i in batch["inputs"][0, : lengths["encoder_self"][0]]]
     tokens = {"encoder_self": pieces}
-    return evaluate.attention_analysis(config, workdir, weights, lengths, lengths, rank_bounds(model),
-                                       tokens, tokens)
+    return evaluate.attention_analysis(config, workdir, model, weights, lengths, lengths, tokens, tokens)
 
 
 def evaluate_model(config, workdir: str, model, data: MlmData, step: int) -> dict:

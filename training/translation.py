@@ -11,7 +11,7 @@ from flax import nnx
 
 from data import files, pipeline, scan
 from data.vocab import Vocabulary
-from models import CAUSAL_ROLES, ROLES, EncoderDecoder, TransformerSpec
+from models import ROLES, EncoderDecoder, TransformerSpec
 from models.decoding import greedy_decode
 from models.rnn import RecurrentEncoderDecoder, RecurrentSpec
 from training import evaluate, validate
@@ -119,12 +119,6 @@ def summarize(sums: dict) -> dict:
     }
 
 
-def rank_bounds(model: EncoderDecoder) -> dict:
-    """feature_dim of each role's kind where no causal mask lifts the bound; else None."""
-    return {role: None if role in CAUSAL_ROLES else layers[0].feature_dim
-            for role, layers in model.attention_layers().items()}
-
-
 def greedy_outputs(model, data: TranslationData, batch_size: int) -> list[str]:
     model.eval()
     graphdef, state = nnx.split(model)
@@ -154,8 +148,7 @@ def attention_analysis(config, workdir: str, model, data: TranslationData) -> li
     target_tokens = [data.target_vocab.tokens[i] for i in batch["decoder_input"][0, : target_len[0]]]
     tokens_q = {"encoder_self": source_tokens, "decoder_self": target_tokens, "cross": target_tokens}
     tokens_k = {"encoder_self": source_tokens, "decoder_self": target_tokens, "cross": source_tokens}
-    return evaluate.attention_analysis(config, workdir, weights, query_len, key_len, rank_bounds(model),
-                                       tokens_q, tokens_k)
+    return evaluate.attention_analysis(config, workdir, model, weights, query_len, key_len, tokens_q, tokens_k)
 
 
 def evaluate_model(config, workdir: str, model, data: TranslationData, step: int) -> dict:
