@@ -145,6 +145,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
 
     nnx.update(model, state["params"], state["rest"])
     result = task.evaluate_model(config, workdir, model, data, config.num_train_steps)
+    writer.log_evaluation(config.num_train_steps, result, workdir)
     writer.close()
     summary = ", ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items())
     print(f"done: {config.num_train_steps} steps in {_format_duration(elapsed())}; test {summary}; "

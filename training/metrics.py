@@ -3,6 +3,8 @@ import json
 import os
 import secrets
 
+from training import validate
+
 
 def wandb_mode(config) -> str:
     return os.environ.get("WANDB_MODE") or config.wandb.mode
@@ -36,8 +38,7 @@ class MetricsWriter:
                 f.write(secrets.token_hex(4))
         with open(id_path) as f:
             run_id = f.read().strip()
-        kinds = sorted({config.attention[r] or config.attention.name
-                        for r in ("encoder_self", "decoder_self", "cross")})
+        kinds = sorted(set(validate.role_kinds(config).values()))
         return wandb.init(project=config.wandb.project, group=config.wandb.group or None,
                           mode=wandb_mode(config), dir=workdir, id=run_id, resume="allow",
                           config=config.to_dict(), tags=[config.task, *kinds])
@@ -48,6 +49,28 @@ class MetricsWriter:
             f.write(json.dumps(record) + "\n")
         if self.run is not None:
             self.run.log({f"{split}/{key}": value for key, value in metrics.items()}, step=step)
+
+    def log_evaluation(self, step: int, result: dict, workdir: str) -> None:
+        """eval.json to W&B: test metrics, ranks as scalars `rank/<role>/layer<i>/<metric>` (means over
+        heads) and as a table, and the run's plots as images."""
+        if self.run is None:
+            return
+        import wandb
+
+        logged = {f"test/{key}": value for key, value in result["metrics"].items()}
+        rows = result["rank"]
+        for role, layer in dict.fromkeys((row["role"], row["layer"]) for row in rows):
+            heads = [row for row in rows if (row["role"], row["layer"]) == (role, layer)]
+            for metric in ("numerical", "effective", "stable"):
+                values = [row[f"{metric}_rank"] for row in heads]
+                logged[f"rank/{role}/layer{layer}/{metric}"] = sum(values) / len(values)
+        if rows:
+            logged["rank/table"] = wandb.Table(columns=list(rows[0]), data=[list(row.values()) for row in rows])
+        for name in ("attention", "spectra"):
+            path = os.path.join(workdir, "plots", f"{name}.png")
+            if os.path.exists(path):
+                logged[f"plots/{name}"] = wandb.Image(path)
+        self.run.log(logged, step=step)
 
     def close(self) -> None:
         if self.run is not None:

@@ -1,0 +1,25 @@
+"""An offline W&B run (no account, no network) holds what the run logged: train, eval and test metrics,
+per-layer rank scalars, the rank table and the plots."""
+import glob
+import os
+
+
+def test_an_offline_run_writes_every_logged_key_to_the_workdir(tiny_config, tmp_path, monkeypatch):
+    from training import loop
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    config = tiny_config()
+    config.eval.plots = True
+    loop.train_and_evaluate(config, str(tmp_path))
+    (run_dir,) = glob.glob(str(tmp_path / "wandb" / "offline-run-*"))
+    (log_file,) = glob.glob(os.path.join(run_dir, "*.wandb"))
+    with open(log_file, "rb") as f:
+        logged = f.read()
+    keys = ["train/loss", "train/learning_rate", "train/grad_norm", "train/steps_per_sec", "eval/exact_match",
+            "test/bleu", *(f"rank/{role}/layer0/{metric}" for role in ("encoder_self", "decoder_self", "cross")
+                           for metric in ("numerical", "effective", "stable"))]
+    assert [key for key in keys if key.encode() not in logged] == []
+    media = os.path.join(run_dir, "files", "media")
+    assert glob.glob(os.path.join(media, "table", "rank", "*.table.json"))
+    images = glob.glob(os.path.join(media, "images", "plots", "*"))
+    assert {os.path.basename(path).split("_")[0] for path in images} == {"attention", "spectra"}
