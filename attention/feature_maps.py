@@ -53,10 +53,15 @@ def positive_random_features(x, projection, stabilizer=None):
     E[phi(q).phi(k)] = exp(q.k) for rows w ~ N(0, I) and no stabilizer; a stabilizer shared by all
     the features of a row (or of all keys) scales phi without biasing the normalised attention.
     """
-    exponent = random_feature_exponent(x, projection)
+    return features_of_exponent(random_feature_exponent(x, projection), stabilizer)
+
+
+def features_of_exponent(exponent, stabilizer=None):
+    """The positive random features of an already computed `random_feature_exponent` [..., m]: for
+    callers that need the exponent anyway (to choose the stabilizer), so it is computed once."""
     if stabilizer is not None:
         exponent = exponent - stabilizer
-    return jnp.exp(exponent) / math.sqrt(projection.shape[-2])
+    return jnp.exp(exponent) / math.sqrt(exponent.shape[-1])
 
 
 def _num_multisets(size: int, degree: int) -> int:

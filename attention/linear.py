@@ -97,8 +97,8 @@ class PerformerAttention(KernelizedAttention):
             # A row without any allowed key (a padding row of a batch) keeps the plain max: finite.
             key_stabiliser = jnp.where(allowed.any((1, 3), keepdims=True), masked_max, key_stabiliser)
         query_stabiliser = query_exponent.max(-1, keepdims=True)
-        return (feature_maps.positive_random_features(q, projection, query_stabiliser),
-                feature_maps.positive_random_features(k, projection, key_stabiliser),
+        return (feature_maps.features_of_exponent(query_exponent, query_stabiliser),
+                feature_maps.features_of_exponent(key_exponent, key_stabiliser),
                 query_stabiliser + key_stabiliser)
 
 
