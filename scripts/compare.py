@@ -28,20 +28,25 @@ from configs import studies  # noqa: E402
 Job = tuple[str, list[str], str]  # (label, train.py command, workdir) of one (run, seed)
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     if int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
     return int(text)
 
 
+def split_extra(argv: list[str]) -> tuple[list[str], list[str]]:
+    """The arguments before `--`, and those after it (for every train.py run)."""
+    return (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+
+
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     """The script's own flags, and the arguments after `--` for train.py."""
-    own, extra = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    own, extra = split_extra(argv)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", required=True, choices=sorted(studies.presets()))
     parser.add_argument("--preset", default="quick", help="see configs/studies.py")
-    parser.add_argument("--seeds", type=_positive_int, help="seeds per run (default: the study's)")
-    parser.add_argument("--jobs", type=_positive_int, default=os.cpu_count(), help="training processes at once")
+    parser.add_argument("--seeds", type=positive_int, help="seeds per run (default: the study's)")
+    parser.add_argument("--jobs", type=positive_int, default=os.cpu_count(), help="training processes at once")
     parser.add_argument("--only", default="", help="comma-separated subset of the study's run names")
     parser.add_argument("--runs_dir", default="runs/compare")
     parser.add_argument("--reports_dir", default="reports")
@@ -163,19 +168,27 @@ def load_results(workdirs: dict[str, list[str]]) -> tuple[dict[str, list[dict]],
     return results, spectra, head_dim
 
 
-def _pending_jobs(study: studies.Study, runs: list[studies.Run], seeds: range, workdirs: dict[str, list[str]],
-                  group: str, extra: list[str]) -> tuple[list[Job], int]:
-    """The job of every unfinished (run, seed), and how many were skipped (each printed)."""
-    pending, skipped, total = [], 0, len(runs) * len(seeds)
-    for run in runs:
-        for seed, workdir in zip(seeds, workdirs[run.name]):
-            label = f"{run.name} seed{seed}"
-            if is_finished(workdir):
-                skipped += 1
-                print(f"[{skipped}/{total}] {label}: finished earlier, skipped", flush=True)
-            else:
-                pending.append((label, train_command(study, run, seed, workdir, group, extra), workdir))
-    return pending, skipped
+def run_jobs(jobs: list[Job], workers: int) -> list[str]:
+    """Trains the unfinished jobs, `workers` at a time, printing a progress line as each ends (and one for
+    each job finished earlier, skipped); returns the labels of the jobs that failed."""
+    skipped = [job for job in jobs if is_finished(job[2])]
+    pending = [job for job in jobs if job not in skipped]
+    for index, (label, _, _) in enumerate(skipped, 1):
+        print(f"[{index}/{len(jobs)}] {label}: finished earlier, skipped", flush=True)
+    failed = []
+    for index, (label, workdir, ok, seconds) in enumerate(train_all(pending, workers), len(skipped) + 1):
+        status = "done" if ok else f"FAILED (see {os.path.join(workdir, 'train.log')})"
+        print(f"[{index}/{len(jobs)}] {label}: {status} in {seconds:.0f}s", flush=True)
+        if not ok:
+            failed.append(label)
+    return failed
+
+
+def _jobs(study: studies.Study, runs: list[studies.Run], seeds: range, workdirs: dict[str, list[str]],
+          group: str, extra: list[str]) -> list[Job]:
+    """The job of every (run, seed)."""
+    return [(f"{run.name} seed{seed}", train_command(study, run, seed, workdir, group, extra), workdir)
+            for run in runs for seed, workdir in zip(seeds, workdirs[run.name])]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -191,14 +204,7 @@ def main(argv: list[str] | None = None) -> None:
     runs_dir = os.path.abspath(args.runs_dir)
     workdirs = {run.name: [run_workdir(runs_dir, args.task, args.preset, run, seed) for seed in seeds]
                 for run in runs}
-    pending, skipped = _pending_jobs(study, runs, seeds, workdirs, f"{args.task}-{args.preset}", extra)
-
-    failed = []
-    for index, (label, workdir, ok, seconds) in enumerate(train_all(pending, args.jobs), skipped + 1):
-        status = "done" if ok else f"FAILED (see {os.path.join(workdir, 'train.log')})"
-        print(f"[{index}/{len(runs) * len(seeds)}] {label}: {status} in {seconds:.0f}s", flush=True)
-        if not ok:
-            failed.append(label)
+    failed = run_jobs(_jobs(study, runs, seeds, workdirs, f"{args.task}-{args.preset}", extra), args.jobs)
 
     results, spectra, head_dim = load_results(workdirs)
     if results:

@@ -6,8 +6,42 @@ import secrets
 from training import validate
 
 
+# Set by `wandb agent` for each run it starts: the run's id (also when it resumes a pre-empted run) and
+# the sweep's id.
+RUN_ID_VAR, SWEEP_ID_VAR = "WANDB_RUN_ID", "WANDB_SWEEP_ID"
+RUN_ID_PLACEHOLDER = "{wandb_run_id}"  # in train.py's --workdir: one workdir per agent run
+
+
 def wandb_mode(config) -> str:
     return os.environ.get("WANDB_MODE") or config.wandb.mode
+
+
+def resolve_workdir(workdir: str) -> str:
+    """`workdir` with RUN_ID_PLACEHOLDER replaced by the agent's run id, so that each run of a sweep trains
+    in its own workdir and a run the agent resumes finds its checkpoints."""
+    if RUN_ID_PLACEHOLDER not in workdir:
+        return workdir
+    run_id = os.environ.get(RUN_ID_VAR)
+    if not run_id:
+        raise ValueError(f"--workdir={workdir} holds {RUN_ID_PLACEHOLDER}, filled from ${RUN_ID_VAR}, which is "
+                         f"not set: `wandb agent` sets it; outside a sweep, name the workdir")
+    return workdir.replace(RUN_ID_PLACEHOLDER, run_id)
+
+
+def _run_id(workdir: str) -> str:
+    """The W&B run id of the workdir, kept in wandb_id.txt so that a resumed run continues the same W&B
+    run: the agent's run id under `wandb agent` (or wherever $WANDB_RUN_ID is set), else a fresh one."""
+    id_path = os.path.join(workdir, "wandb_id.txt")
+    given = os.environ.get(RUN_ID_VAR)
+    if not os.path.exists(id_path):
+        with open(id_path, "w") as f:
+            f.write(given or secrets.token_hex(4))
+    with open(id_path) as f:
+        run_id = f.read().strip()
+    if given and given != run_id:
+        raise ValueError(f"{workdir} holds W&B run {run_id}, but ${RUN_ID_VAR} is {given}: each run of a sweep "
+                         f"needs its own workdir, e.g. --workdir=runs/sweeps/<name>/{RUN_ID_PLACEHOLDER}")
+    return run_id
 
 
 class MetricsWriter:
@@ -31,17 +65,14 @@ class MetricsWriter:
     def _start_wandb(workdir: str, config):
         import wandb  # imported only when used: it is slow to import and tests disable it
 
-        # One W&B run per workdir: a resumed run continues the same W&B run.
-        id_path = os.path.join(workdir, "wandb_id.txt")
-        if not os.path.exists(id_path):
-            with open(id_path, "w") as f:
-                f.write(secrets.token_hex(4))
-        with open(id_path) as f:
-            run_id = f.read().strip()
         kinds = sorted(set(validate.role_kinds(config).values()))
-        return wandb.init(project=config.wandb.project, group=config.wandb.group or None,
-                          mode=wandb_mode(config), dir=workdir, id=run_id, resume="allow",
-                          config=config.to_dict(), tags=[config.task, *kinds])
+        run_id, sweep_id = _run_id(workdir), os.environ.get(SWEEP_ID_VAR)
+        # In a sweep, W&B takes the project and the run id from the agent and ignores (with a warning)
+        # those passed here; the runs of a sweep share a group, the sweep's unless the config names one.
+        return wandb.init(project=None if sweep_id else config.wandb.project,
+                          group=config.wandb.group or sweep_id or None, mode=wandb_mode(config), dir=workdir,
+                          id=None if sweep_id else run_id, resume="allow", config=config.to_dict(),
+                          tags=[config.task, *kinds])
 
     def write(self, step: int, split: str, elapsed_s: float, metrics: dict) -> None:
         record = {"step": step, "split": split, "elapsed_s": round(elapsed_s, 3), **metrics}
