@@ -214,6 +214,7 @@ def test_an_agents_run_keeps_its_id_groups_by_sweep_and_refuses_another_runs_wor
     try:
         assert (writer.run.id, writer.run.group) == ("run0001", "sweep01")
         assert set(writer.run.tags) == {"translation", "softmax"}
+        assert writer.run.config["attention"]["name"] == "softmax" and writer.run.config["seed"] == 0
     finally:
         writer.close()
     assert (tmp_path / "wandb_id.txt").read_text() == "run0001"
