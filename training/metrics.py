@@ -6,8 +6,8 @@ import secrets
 from training import validate
 
 
-# Set by `wandb agent` for each run it starts: the run's id (also when it resumes a pre-empted run) and
-# the sweep's id.
+# Set by `wandb agent` for each run it starts: the run's id (the same when the sweep requeues a run marked
+# pre-empted) and the sweep's id.
 RUN_ID_VAR, SWEEP_ID_VAR = "WANDB_RUN_ID", "WANDB_SWEEP_ID"
 RUN_ID_PLACEHOLDER = "{wandb_run_id}"  # in train.py's --workdir: one workdir per agent run
 
@@ -40,7 +40,7 @@ def _run_id(workdir: str) -> str:
         run_id = f.read().strip()
     if given and given != run_id:
         raise ValueError(f"{workdir} holds W&B run {run_id}, but ${RUN_ID_VAR} is {given}: each run of a sweep "
-                         f"needs its own workdir, e.g. --workdir=runs/sweeps/<name>/{RUN_ID_PLACEHOLDER}")
+                         f"needs its own workdir, e.g. --workdir=runs/agent/<task>/{RUN_ID_PLACEHOLDER}")
     return run_id
 
 
