@@ -85,6 +85,8 @@ def load_sweep(path: str) -> Sweep:
     values or a fixed value, is an error naming it."""
     with open(path) as f:
         definition = yaml.safe_load(f)
+    if not isinstance(definition, dict):
+        raise _error(path, "not a sweep definition (a mapping with method, parameters and command)")
     if definition.get("method") != "grid":
         raise _error(path, f"method: {definition.get('method')!r}; scripts/sweep.py runs grid sweeps only")
     grid, swept = _parameters(path, definition.get("parameters"))
