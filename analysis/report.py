@@ -37,13 +37,13 @@ def _metrics(task: str) -> tuple[str, ...]:
     return METRICS[task]
 
 
-def _mean_std(values: list[float]) -> tuple[float, float | None]:
+def mean_std(values: list[float]) -> tuple[float, float | None]:
     """Mean and sample std (ddof=1); no std from a single value."""
     return float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) >= 2 else None
 
 
 def _headline(task: str, evals: list[dict]) -> tuple[float, float | None]:
-    return _mean_std([result["metrics"][_metrics(task)[0]] for result in evals])
+    return mean_std([result["metrics"][_metrics(task)[0]] for result in evals])
 
 
 def _role(attention: dict) -> str:

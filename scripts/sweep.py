@@ -207,7 +207,7 @@ def seeds_table(sweep: Sweep, rows: list[dict]) -> str:
     for setting, group in groups.items():
         cells = [_cell(value) for value in setting] + [str(len(group))]
         for column in measured:
-            mean, std = report._mean_std([row[column] for row in group])
+            mean, std = report.mean_std([row[column] for row in group])
             cells.append(f"{mean:.4f} ± {'-' if std is None else f'{std:.4f}'}")
         table.append(cells)
     return _markdown([*keys, "seeds", *(f"{column} (mean ± std)" for column in measured)], table)
