@@ -14,6 +14,7 @@ from attention import MultiHeadAttention
 from models import EncoderDecoder, TransformerSpec
 from models.decoding import BOS, EOS, PAD, beam_search, greedy_decode
 from models.rnn import RecurrentEncoderDecoder, RecurrentSpec
+from training import validate
 
 B, D_MODEL, HEADS, LENGTH, SOURCE_LENGTH = 2, 8, 2, 5, 7
 SOURCE_VOCAB, TARGET_VOCAB, MAX_LEN = 11, 9, 6
@@ -207,3 +208,14 @@ def test_exhaustive_beam_search_finds_the_best_penalised_hypothesis():
         winners.append(_brute_force_best(model, source, alpha))
         np.testing.assert_array_equal(search(source, alpha), winners[-1], err_msg=f"alpha={alpha}")
     assert not np.array_equal(*winners)  # the penalty changes a winner: it is applied, not ignored
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("beam_size", 0, "config.eval.beam_size=0 must be an integer >= 1"),
+    ("length_penalty", -0.5, "config.eval.length_penalty=-0.5 must be a finite number >= 0"),
+])
+def test_decoding_configs_are_checked_before_anything_is_built(tiny_config, field, value, message):
+    config = tiny_config()
+    config.eval[field] = value
+    with pytest.raises(validate.ConfigError, match=message):
+        validate.validate(config)
