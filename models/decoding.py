@@ -49,15 +49,16 @@ def greedy_decode(model, source, max_len: int):
     return jax.lax.while_loop(unfinished, next_token, init)[3]
 
 
-def length_penalty(length, alpha: float):
-    """GNMT's ((5 + length) / 6)^alpha (Wu et al. 2016); a hypothesis ranks by log p / penalty."""
+def length_normaliser(length, alpha: float):
+    """GNMT's length penalty ((5 + length) / 6)^alpha (Wu et al. 2016): a hypothesis ranks by
+    log p / length_normaliser(length, alpha)."""
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def beam_search(model, source, max_len: int, beam_size: int, alpha: float = 0.0):
+def beam_search(model, source, max_len: int, beam_size: int, length_penalty: float = 0.0):
     """[B, Ls] source -> [B, max_len] tokens of the best of `beam_size` hypotheses by
-    log p / length_penalty(length, alpha), length counting the tokens up to EOS (all max_len of them
-    without EOS); PAD after EOS. beam_size 1 is greedy decoding.
+    log p / length_normaliser(length, length_penalty), length counting the tokens up to EOS (all max_len
+    of them without EOS); PAD after EOS. beam_size 1 is greedy decoding.
 
     The beams of sentence b are rows b * beam_size + j of the model's batch. Each step ranks every
     continuation of every beam by its penalised score: an unfinished beam's by any token, a finished
@@ -85,7 +86,7 @@ def beam_search(model, source, max_len: int, beam_size: int, alpha: float = 0.0)
         log_probs = jnp.where(finished[..., None], stay, log_probs)
         candidates = (scores[..., None] + log_probs).reshape(batch, beams * vocab)
         lengths = jnp.where(finished, lengths, step + 1)
-        ranked = candidates / jnp.repeat(length_penalty(lengths, alpha), vocab, axis=1)
+        ranked = candidates / jnp.repeat(length_normaliser(lengths, length_penalty), vocab, axis=1)
         _, best = jax.lax.top_k(ranked, beams)
         parent, token = best // vocab, (best % vocab).astype(jnp.int32)
         from_parent = lambda x: jnp.take_along_axis(x, parent, axis=1)

@@ -158,7 +158,7 @@ def test_greedy_and_beam_of_one_equal_full_re_decoding(model):
     source = _sources(seed=2)
     expected = _full_re_decoding_greedy(model, source, MAX_LEN)
     greedy, beam = jax.jit(lambda s: (greedy_decode(model, s, MAX_LEN),
-                                      beam_search(model, s, MAX_LEN, beam_size=1, alpha=0.6)))(source)
+                                      beam_search(model, s, MAX_LEN, beam_size=1, length_penalty=0.6)))(source)
     np.testing.assert_array_equal(greedy, expected)
     np.testing.assert_array_equal(beam, expected)
 
@@ -202,7 +202,7 @@ def test_exhaustive_beam_search_finds_the_best_penalised_hypothesis():
     model.eval()
     source = _sources(seed=4, batch=2)
     count = len(list(_every_hypothesis()))
-    search = jax.jit(lambda s, alpha: beam_search(model, s, SHORT, beam_size=count, alpha=alpha))
+    search = jax.jit(lambda s, alpha: beam_search(model, s, SHORT, beam_size=count, length_penalty=alpha))
     winners = []
     for alpha in (0.0, 2.0):
         winners.append(_brute_force_best(model, source, alpha))
