@@ -36,6 +36,7 @@ compare: setup
 bench: setup
 	$(PY) scripts/bench_train.py
 	$(PY) scripts/bench_attention.py
+	$(PY) scripts/bench_decode.py
 
 clean:
 	rm -rf runs .pytest_cache

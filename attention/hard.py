@@ -29,9 +29,9 @@ class HardAttention(ScoreAttention):
     def scores(self, q, k):
         return dot_scores(q, k, self.scale)
 
-    def weights(self, q, k, mask=None, *, causal=False):
+    def weights(self, q, k, mask=None, *, causal=False, rows=None):
         scores = self.scores(q, k)
-        allowed = self.allowed(q, k, mask, causal)
+        allowed = self.allowed(q, k, mask, causal, rows)
         if allowed is None:
             allowed = jnp.ones(scores.shape[-1], bool)
         # -inf ranks every disallowed key below every allowed one.

@@ -21,11 +21,20 @@ def _normalise(numerator_and_normaliser, eps):
     return numerator / (normaliser + eps.astype(normaliser.dtype))
 
 
-def bidirectional_linear_attention(phi_q, phi_k, v, eps):
-    """phi_q [B, Lq, H, m], phi_k [B, Lk, H, m], v [B, Lk, H, Dv] -> [B, Lq, H, Dv]; `eps`, the
-    normaliser's floor, is a scalar or per query [B, Lq, H, 1]."""
-    state = jnp.einsum("bkhm,bkhd->bhmd", phi_k, _with_ones(v))
+def key_state(phi_k, v):
+    """sum over keys of phi(k) [v, 1]^T: phi_k [B, Lk, H, m], v [B, Lk, H, Dv] -> [B, H, m, Dv + 1]."""
+    return jnp.einsum("bkhm,bkhd->bhmd", phi_k, _with_ones(v))
+
+
+def attend_state(phi_q, state, eps):
+    """phi_q [B, Lq, H, m] against a `key_state` -> [B, Lq, H, Dv]; `eps`, the normaliser's floor, is
+    a scalar or per query [B, Lq, H, 1]."""
     return _normalise(jnp.einsum("bqhm,bhmd->bqhd", phi_q, state), eps)
+
+
+def bidirectional_linear_attention(phi_q, phi_k, v, eps):
+    """phi_q [B, Lq, H, m], phi_k [B, Lk, H, m], v [B, Lk, H, Dv] -> [B, Lq, H, Dv]."""
+    return attend_state(phi_q, key_state(phi_k, v), eps)
 
 
 def causal_linear_attention(phi_q, phi_k, v, eps, chunk_size: int):
@@ -58,10 +67,14 @@ _LOG_RESCALE_RANGE = (-60.0, 80.0)
 
 class KernelizedAttention(nnx.Module):
     """Base of the linear kinds: a subclass sets `feature_dim` and defines `features(x)` for
-    [B, L, H, d] inputs, or `feature_pair` where the two sides' features differ or depend on each other.
+    [B, L, H, d] inputs, or `query_features` and `key_features` where a side's features depend on
+    positions or on a stabiliser.
 
     `eps` is the normaliser's floor in the kernel's own units: a feature map that scales its products
-    down by exp(stabiliser) for numerical range has eps scaled down alike, so the stabiliser cancels."""
+    down by exp(stabiliser) for numerical range has eps scaled down alike, so the stabiliser cancels.
+
+    Decoding keeps S = sum_k phi(k) [v, 1]^T [B, H, m, Dv + 1] in place of the keys: a causal step adds
+    its key's term, O(1) in the position; cross-attention sums the source keys once."""
 
     feature_dim: int
 
@@ -72,18 +85,33 @@ class KernelizedAttention(nnx.Module):
     def features(self, x):
         raise NotImplementedError
 
-    def feature_pair(self, q, k, key_mask):
-        """(phi(q), phi(k), stabiliser): `key_mask` [B, Lk] (or None) marks the keys that will count;
-        phi(q).phi(k) is the kernel times exp(-stabiliser), a scalar or per query [B, Lq, H, 1]."""
-        return self.features(q), self.features(k), 0.0
+    def query_features(self, q, positions, max_len: int):
+        """(phi(q), stabiliser) for q [B, Lq, H, d] at `positions` [Lq] of an attention whose longer side
+        has `max_len` positions: phi(q) is scaled down by exp(stabiliser), a scalar or [B, Lq, H, 1]."""
+        return self.features(q), 0.0
+
+    def key_features(self, k, key_mask, positions, max_len: int):
+        """(phi(k), stabiliser) for k [B, Lk, H, d]: phi(k) is scaled down by exp(stabiliser), a scalar
+        or [B, 1, H, 1] shared by the keys; `key_mask` [B, Lk] (or None) marks the keys that count."""
+        return self.features(k), 0.0
+
+    def _eps(self, stabiliser):
+        """eps in the units of phi(q).phi(k), scaled down by exp(stabiliser) as they are."""
+        log_rescale = jnp.clip(-jnp.asarray(stabiliser, jnp.float32), *_LOG_RESCALE_RANGE)
+        return self.eps * jnp.exp(log_rescale)
+
+    def _masked_key_features(self, k, key_mask, max_len: int):
+        phi_k, stabiliser = self.key_features(k, key_mask, jnp.arange(k.shape[1]), max_len)
+        if key_mask is not None:
+            phi_k = phi_k * key_mask[:, :, None, None].astype(phi_k.dtype)
+        return phi_k, stabiliser
 
     def _features_and_eps(self, q, k, mask):
         key_mask = masks.key_padding(mask, k.shape[0], k.shape[1])
-        phi_q, phi_k, stabiliser = self.feature_pair(q, k, key_mask)
-        if key_mask is not None:
-            phi_k = phi_k * key_mask[:, :, None, None].astype(phi_k.dtype)
-        log_rescale = jnp.clip(-jnp.asarray(stabiliser, jnp.float32), *_LOG_RESCALE_RANGE)
-        return phi_q, phi_k, self.eps * jnp.exp(log_rescale)
+        max_len = max(q.shape[1], k.shape[1])
+        phi_q, query_stabiliser = self.query_features(q, jnp.arange(q.shape[1]), max_len)
+        phi_k, key_stabiliser = self._masked_key_features(k, key_mask, max_len)
+        return phi_q, phi_k, self._eps(query_stabiliser + key_stabiliser)
 
     def weights(self, q, k, mask=None, *, causal=False):
         phi_q, phi_k, eps = self._features_and_eps(q, k, mask)
@@ -98,3 +126,37 @@ class KernelizedAttention(nnx.Module):
         if causal:
             return causal_linear_attention(phi_q, phi_k, v, eps, self.chunk_size)
         return bidirectional_linear_attention(phi_q, phi_k, v, eps)
+
+    # --- incremental decoding (interface in attention/__init__.py) ------------------------------------
+
+    def _attend(self, q, index, max_len: int, state, key_stabiliser):
+        phi_q, query_stabiliser = self.query_features(q, jnp.atleast_1d(index), max_len)
+        return attend_state(phi_q, state, self._eps(query_stabiliser + key_stabiliser))
+
+    def init_cache(self, batch: int, max_len: int, num_heads: int, head_dim: int, dtype=jnp.float32):
+        """S [B, H, m, Dv + 1] and the keys' running stabiliser [B, 1, H, 1] (-inf: no key yet)."""
+        return {"state": jnp.zeros((batch, num_heads, self.feature_dim, head_dim + 1), dtype),
+                "stabiliser": jnp.full((batch, 1, num_heads, 1), -jnp.inf, jnp.float32)}
+
+    def decode_step(self, q, k, v, cache, index, max_len: int, key_valid):
+        """Causal self-attention of position `index` (q, k, v [B, 1, H, D], key_valid [B]): S gains
+        phi(k) [v, 1]^T. The stabiliser is the running max of the keys' ones: when it grows, S (held in
+        its units) is rescaled by exp(old - new), so the output is the full causal computation's."""
+        phi_k, key_stabiliser = self.key_features(k, None, jnp.atleast_1d(index), max_len)
+        stabiliser = jnp.maximum(cache["stabiliser"], key_stabiliser)
+        weight = key_valid[:, None, None, None] * jnp.exp(key_stabiliser - stabiliser)
+        rescale = jnp.exp(cache["stabiliser"] - stabiliser)[:, 0, :, :, None]  # [B, H, 1, 1]
+        state = cache["state"] * rescale.astype(cache["state"].dtype) + key_state(
+            phi_k * weight.astype(phi_k.dtype), v).astype(cache["state"].dtype)
+        cache = {"state": state, "stabiliser": stabiliser}
+        return self._attend(q, index, max_len, state, stabiliser), cache
+
+    def init_memory(self, k, v, key_mask, max_len: int):
+        """The bidirectional S over every allowed key [B, Lk] (cross-attention over the source)."""
+        phi_k, stabiliser = self._masked_key_features(k, key_mask, max(max_len, k.shape[1]))
+        batch, _, heads, _ = k.shape
+        return {"state": key_state(phi_k, v),
+                "stabiliser": jnp.broadcast_to(jnp.asarray(stabiliser, jnp.float32), (batch, 1, heads, 1))}
+
+    def attend_memory(self, q, memory, key_mask, index, max_len: int):
+        return self._attend(q, index, max(max_len, key_mask.shape[1]), memory["state"], memory["stabiliser"])

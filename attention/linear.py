@@ -49,7 +49,8 @@ class PerformerAttention(KernelizedAttention):
     excluded). The base rescales eps by the same factors, so the output is the unstabilised
     num / (den + eps) and a causal query's output does not depend on future keys, though they share
     its key stabiliser. What a shared stabiliser cannot avoid: keys far below the largest one lose
-    relative precision, as in any softmax computed with a global max.
+    relative precision, as in any softmax computed with a global max. A decoding step cannot see future
+    keys: its key stabiliser is the running max over the keys so far (KernelizedAttention.decode_step).
 
     The projection is drawn at construction; with `redraw_every_steps` = N > 0 the train step redraws it
     at steps 0, N, 2N, ... (`on_train_step`), and evaluation uses whichever draw is current.
@@ -85,21 +86,23 @@ class PerformerAttention(KernelizedAttention):
                 lambda: self._draw(jax.random.fold_in(self.base_key[...], step // period)),
                 lambda: self.projection[...])
 
-    def feature_pair(self, q, k, key_mask):
-        projection = self.projection[...]
-        q, k = q * self.head_dim**-0.25, k * self.head_dim**-0.25
-        query_exponent = feature_maps.random_feature_exponent(q, projection)
-        key_exponent = feature_maps.random_feature_exponent(k, projection)
-        key_stabiliser = key_exponent.max((1, 3), keepdims=True)
+    def _exponent(self, x):
+        return feature_maps.random_feature_exponent(x * self.head_dim**-0.25, self.projection[...])
+
+    def query_features(self, q, positions, max_len: int):
+        exponent = self._exponent(q)
+        stabiliser = exponent.max(-1, keepdims=True)
+        return feature_maps.features_of_exponent(exponent, stabiliser), stabiliser
+
+    def key_features(self, k, key_mask, positions, max_len: int):
+        exponent = self._exponent(k)
+        stabiliser = exponent.max((1, 3), keepdims=True)
         if key_mask is not None:  # padded keys must not set the keys' scale
             allowed = key_mask[:, :, None, None]
-            masked_max = jnp.where(allowed, key_exponent, -jnp.inf).max((1, 3), keepdims=True)
+            masked_max = jnp.where(allowed, exponent, -jnp.inf).max((1, 3), keepdims=True)
             # A row without any allowed key (a padding row of a batch) keeps the plain max: finite.
-            key_stabiliser = jnp.where(allowed.any((1, 3), keepdims=True), masked_max, key_stabiliser)
-        query_stabiliser = query_exponent.max(-1, keepdims=True)
-        return (feature_maps.features_of_exponent(query_exponent, query_stabiliser),
-                feature_maps.features_of_exponent(key_exponent, key_stabiliser),
-                query_stabiliser + key_stabiliser)
+            stabiliser = jnp.where(allowed.any((1, 3), keepdims=True), masked_max, stabiliser)
+        return feature_maps.features_of_exponent(exponent, stabiliser), stabiliser
 
 
 def _check_even(option: str, value: int, why: str):
@@ -164,11 +167,13 @@ class CosformerAttention(KernelizedAttention):
         super().__init__(eps=eps, chunk_size=chunk_size)
         self.feature_dim = 2 * head_dim
 
-    def feature_pair(self, q, k, key_mask):
-        # Both sides need M, which depends on both lengths: hence features of the pair, not of each side.
-        max_len = max(q.shape[1], k.shape[1])
-        return (feature_maps.cosformer_features(q, jnp.arange(q.shape[1]), max_len),
-                feature_maps.cosformer_features(k, jnp.arange(k.shape[1]), max_len), 0.0)
+    # Both sides need M, the longer side's length, and each row's position: features of a side depend
+    # on more than its vectors.
+    def query_features(self, q, positions, max_len: int):
+        return feature_maps.cosformer_features(q, positions, max_len), 0.0
+
+    def key_features(self, k, key_mask, positions, max_len: int):
+        return feature_maps.cosformer_features(k, positions, max_len), 0.0
 
 
 @register("hedgehog")

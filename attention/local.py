@@ -15,19 +15,22 @@ def _check_window(window: int, smallest: int) -> None:
         raise ValueError(f"local attention needs window >= {smallest}, got {window}")
 
 
-def aligned_positions(query_length: int, key_length: int):
+def aligned_positions(query_length: int, key_length: int, positions=None):
     """Local-m's p_i: i when Lq == Lk, else i * (Lk - 1) / (Lq - 1) rounded half up, so the first and
     last queries align with the first and last keys (a single query aligns with key 0). The lengths
-    are the padded ones: the alignment is static."""
-    i = np.arange(query_length)
+    are the padded ones: the alignment is static. `positions` (default every i < Lq, as numpy) picks
+    the rows i, possibly traced (a decoding step)."""
+    i = np.arange(query_length) if positions is None else positions
     # Round half up in integer arithmetic: floor((2 i (Lk - 1) + (Lq - 1)) / (2 (Lq - 1))).
     return (2 * i * (key_length - 1) + query_length - 1) // (2 * max(query_length - 1, 1))
 
 
-def window_band(query_length: int, key_length: int, window: int):
-    """[Lq, Lk] mask, True where key s is within `window` of query i's aligned position."""
-    distance = np.arange(key_length)[None, :] - aligned_positions(query_length, key_length)[:, None]
-    return jnp.asarray(np.abs(distance) <= window)
+def window_band(query_length: int, key_length: int, window: int, positions=None):
+    """[Lq, Lk] mask (Lq = len(positions) when given), True where key s is within `window` of query
+    i's aligned position."""
+    aligned = aligned_positions(query_length, key_length, positions)
+    distance = np.arange(key_length)[None, :] - aligned[:, None]
+    return jnp.abs(distance) <= window
 
 
 @register("local")
@@ -41,8 +44,9 @@ class LocalAttention(SoftmaxAttention):
         super().__init__(num_heads=num_heads, head_dim=head_dim, rngs=rngs, dropout_rate=dropout_rate)
         self.window = window
 
-    def allowed(self, q, k, mask, causal):
-        band = window_band(q.shape[1], k.shape[1], self.window)
+    def allowed(self, q, k, mask, causal, rows=None):
+        positions, query_length = (None, q.shape[1]) if rows is None else rows
+        band = window_band(query_length, k.shape[1], self.window, positions)
         allowed = super().allowed(q, k, mask, causal)
         return band if allowed is None else jnp.logical_and(allowed, band)
 
@@ -80,9 +84,9 @@ class LocalPredictiveAttention(ScoreAttention):
         fraction = jax.nn.sigmoid(jnp.einsum("bhqe,he->bhq", hidden, self.position_vector[...]))
         return last_key * fraction.astype(jnp.float32)
 
-    def weights(self, q, k, mask=None, *, causal=False):
+    def weights(self, q, k, mask=None, *, causal=False, rows=None):
         key_positions = jnp.arange(k.shape[1])
-        allowed = self.allowed(q, k, mask, causal)
+        allowed = self.allowed(q, k, mask, causal, rows)
         if allowed is None:
             allowed = jnp.ones(k.shape[1], bool)
         last_key = jnp.max(jnp.where(allowed, key_positions, 0), axis=-1)

@@ -1,7 +1,10 @@
 """Multi-head attention: owns the Q/K/V/output projections and delegates to any registered kind."""
+import jax.numpy as jnp
 from flax import nnx
 
 from attention import registry
+
+DECODING_METHODS = ("init_cache", "decode_step", "init_memory", "attend_memory")
 
 
 class MultiHeadAttention(nnx.Module):
@@ -34,5 +37,38 @@ class MultiHeadAttention(nnx.Module):
         v = self._heads(self.value(inputs_kv))
         if self.capture_weights:
             self.sow(nnx.Intermediate, "attention_weights", self.attention.weights(q, k, mask, causal=causal))
-        out = self.attention(q, k, v, mask, causal=causal)
+        return self._merge(self.attention(q, k, v, mask, causal=causal))
+
+    def _merge(self, out):
         return self.output(out.reshape(out.shape[:-2] + (-1,)))
+
+    # --- incremental decoding (interface in attention/__init__.py): inputs [B, 1, d_model] -----------
+
+    def _decoding_kind(self):
+        missing = [name for name in DECODING_METHODS if not hasattr(self.attention, name)]
+        if missing:
+            raise NotImplementedError(
+                f"attention kind {self.kind!r} cannot decode incrementally: it lacks {', '.join(missing)} "
+                f"(the kinds built on ScoreAttention or KernelizedAttention have them)")
+        return self.attention
+
+    def init_cache(self, batch: int, max_len: int, dtype=jnp.float32):
+        """The empty cache of a causal self-attention decoding up to `max_len` positions."""
+        return self._decoding_kind().init_cache(batch, max_len, self.num_heads, self.head_dim, dtype)
+
+    def decode_step(self, inputs, cache, index, max_len: int, valid):
+        """Causal self-attention of the input at position `index` ([B, 1, d_model]; valid [B] False
+        for a padding token, which later positions then ignore) -> (output [B, 1, d_model], cache)."""
+        q, k, v = (self._heads(projection(inputs)) for projection in (self.query, self.key, self.value))
+        out, cache = self._decoding_kind().decode_step(q, k, v, cache, index, max_len, valid)
+        return self._merge(out), cache
+
+    def init_memory(self, inputs_kv, key_mask, max_len: int):
+        """Projects the attended sequence [B, Lk, d_model] once (key_mask [B, Lk]) for `attend_memory`."""
+        k, v = self._heads(self.key(inputs_kv)), self._heads(self.value(inputs_kv))
+        return self._decoding_kind().init_memory(k, v, key_mask, max_len)
+
+    def attend_memory(self, inputs_q, memory, key_mask, index, max_len: int):
+        """Cross-attention of the query at position `index` of a `max_len`-position decoder."""
+        q = self._heads(self.query(inputs_q))
+        return self._merge(self._decoding_kind().attend_memory(q, memory, key_mask, index, max_len))

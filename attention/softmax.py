@@ -1,7 +1,8 @@
 """Attention as a masked softmax over a score matrix, and its dot-product kinds.
 
 `ScoreAttention` is the base of every kind whose weights are softmax(scores) over the allowed keys: a
-kind defines `scores(q, k)` and inherits the masking, the dropout and the weighted sum of values.
+kind defines `scores(q, k)` and inherits the masking, the dropout, the weighted sum of values and the
+incremental decoding (a key/value cache, see attention/__init__.py).
 """
 import jax
 import jax.numpy as jnp
@@ -45,16 +46,53 @@ class ScoreAttention(nnx.Module):
         """[B, Lq, H, Dq], [B, Lk, H, Dk] -> float32 [B, H, Lq, Lk]."""
         raise NotImplementedError
 
-    def allowed(self, q, k, mask, causal):
-        """The boolean mask of the keys each query may attend to, or None for all of them."""
+    def allowed(self, q, k, mask, causal, rows=None):
+        """The boolean mask of the keys each query may attend to, or None for all of them.
+
+        `rows` = (positions, query_length) when q holds only the rows at `positions` [Lq] of a
+        `query_length`-row query (a decoding step); None when q is the whole query. Only kinds whose
+        keys depend on the query's position (local attention's window) need it."""
         return masks.combine(mask, causal, q.shape[1], k.shape[1])
 
-    def weights(self, q, k, mask=None, *, causal=False):
-        return masked_softmax(self.scores(q, k), self.allowed(q, k, mask, causal))
+    def weights(self, q, k, mask=None, *, causal=False, rows=None):
+        return masked_softmax(self.scores(q, k), self.allowed(q, k, mask, causal, rows))
 
     def __call__(self, q, k, v, mask=None, *, causal=False):
-        weights = self.dropout(self.weights(q, k, mask, causal=causal)).astype(v.dtype)
-        return jnp.einsum("bhqk,bkhd->bqhd", weights, v)
+        return self._weighted_values(self.weights(q, k, mask, causal=causal), v)
+
+    def _weighted_values(self, weights, v):
+        return jnp.einsum("bhqk,bkhd->bqhd", self.dropout(weights).astype(v.dtype), v)
+
+    # --- incremental decoding: the cache holds every key and value so far -----------------------------
+
+    def init_cache(self, batch: int, max_len: int, num_heads: int, head_dim: int, dtype=jnp.float32):
+        """Keys and values [B, max_len, H, D] and which positions hold a real (non-padding) key."""
+        zeros = jnp.zeros((batch, max_len, num_heads, head_dim), dtype)
+        return {"key": zeros, "value": zeros, "valid": jnp.zeros((batch, max_len), bool)}
+
+    def decode_step(self, q, k, v, cache, index, max_len: int, key_valid):
+        """Causal self-attention of position `index` (q, k, v [B, 1, H, D], key_valid [B]) over the
+        positions <= index: (out [B, 1, H, D], cache). Every key of the buffer is scored (fixed shapes),
+        so a step costs O(max_len)."""
+        cache = {
+            "key": jax.lax.dynamic_update_slice_in_dim(cache["key"], k.astype(cache["key"].dtype), index, 1),
+            "value": jax.lax.dynamic_update_slice_in_dim(cache["value"], v.astype(cache["value"].dtype),
+                                                         index, 1),
+            "valid": jax.lax.dynamic_update_index_in_dim(cache["valid"], key_valid, index, 1),
+        }
+        seen = cache["valid"] & (jnp.arange(max_len) <= index)
+        return self.attend_memory(q, cache, seen, index, max_len), cache
+
+    def init_memory(self, k, v, key_mask, max_len: int):
+        """What a query of a `max_len`-row decoder needs of keys and values it attends to in full
+        (cross-attention over the source): here the keys and values themselves."""
+        return {"key": k, "value": v}
+
+    def attend_memory(self, q, memory, key_mask, index, max_len: int):
+        """q [B, 1, H, D], row `index` of a `max_len`-row query, over the memory's keys where
+        key_mask [B, Lk] is True -> [B, 1, H, Dv]."""
+        weights = self.weights(q, memory["key"], key_mask[:, None, None, :], rows=(jnp.atleast_1d(index), max_len))
+        return self._weighted_values(weights, memory["value"])
 
 
 def _zero_rows_without_keys(out, allowed):

@@ -52,7 +52,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.dataset.data_dir = "datasets"  # where the TFDS dataset is built
 
     config.eval = ml_collections.ConfigDict()
-    config.eval.batch_size = 512  # teacher-forced evaluation and greedy decoding
+    config.eval.batch_size = 512  # teacher-forced evaluation and decoding
+    config.eval.beam_size = 1  # decoding of the test outputs: 1 is greedy, more is beam search
+    config.eval.length_penalty = 0.0  # beam search ranks log p / ((5 + length) / 6)^alpha (GNMT); 0: none
     config.eval.rank_examples = 32  # test examples whose attention matrices are analysed
     config.eval.plots = True
 

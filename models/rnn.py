@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attention import MultiHeadAttention
+from models.decoding import DecodeState
 
 NO_ATTENTION = "none"
 CELLS = ("lstm", "gru")
@@ -79,16 +80,21 @@ def _cell(spec: RecurrentSpec, in_features: int, rngs: nnx.Rngs):
     return (LSTMCell if spec.cell == "lstm" else GRUCell)(in_features, spec.hidden_dim, rngs=rngs)
 
 
+def cell_step(cell, state, x, valid):
+    """One step of `cell` on x [B, D] -> (state, hidden [B, H]); where valid [B] is False the state is
+    carried unchanged and the hidden output is zero."""
+    new = cell(state, x)
+    state = tuple(jnp.where(valid[:, None], n, s) for n, s in zip(new, state))
+    return state, state[0] * valid[:, None]
+
+
 def recur(cell, inputs, valid, state, *, reverse: bool = False):
     """Runs `cell` over inputs [B, L, D] -> (hidden states [B, L, H], zero where not valid; final state).
 
     One `lax.scan` over time. Where valid [B, L] is False the state is carried unchanged.
     """
     def step(state, x_and_valid):
-        x, ok = x_and_valid
-        new = cell(state, x)
-        state = tuple(jnp.where(ok[:, None], n, s) for n, s in zip(new, state))
-        return state, state[0] * ok[:, None]
+        return cell_step(cell, state, *x_and_valid)
 
     time_major = (jnp.swapaxes(inputs, 0, 1), jnp.swapaxes(valid, 0, 1))
     final, outputs = jax.lax.scan(step, state, time_major, reverse=reverse)
@@ -130,7 +136,9 @@ class RecurrentEncoder(nnx.Module):
 
 class RecurrentEncoderDecoder(nnx.Module):
     """Source [B, Ls] and decoder input [B, Lt] (bos-shifted target) -> logits [B, Lt, V], with the
-    encode / decode split of the Transformer, so greedy decoding serves both."""
+    encode / decode split and the decoding protocol (init_decode_state, decode_step) of the
+    Transformer, so one greedy decoding and one beam search serve both: the decoding state is the
+    cells' carry and the encoder states projected once for the attention."""
 
     def __init__(self, source_vocab_size: int, target_vocab_size: int, spec: RecurrentSpec, *,
                  rngs: nnx.Rngs, pad_id: int = 0):
@@ -156,12 +164,34 @@ class RecurrentEncoderDecoder(nnx.Module):
         valid = decoder_input != self.pad_id
         for cell, initial in zip(self.decoder_cells, initial_states):
             x, _ = recur(cell, x, valid, initial)
+        source_mask = (source != self.pad_id)[:, None, None, :]
+        return self._logits(x, lambda h: self.attention(h, states, source_mask))
+
+    def _logits(self, x, attend):
+        """Logits of the top decoder states x [B, Lt, H]; `attend(x)` is their attention context."""
         if self.attention is not None:
-            source_mask = (source != self.pad_id)[:, None, None, :]
-            context = self.attention(x, states, source_mask)
-            x = jnp.tanh(self.combine(jnp.concatenate([context, x], axis=-1)))
+            x = jnp.tanh(self.combine(jnp.concatenate([attend(x), x], axis=-1)))
         x = self.dropout(x)
         return self.target_embed.attend(x) if self.logits is None else self.logits(x)
+
+    def init_decode_state(self, encoded, source, max_len: int) -> DecodeState:
+        states, initial_states = encoded
+        key_mask = source != self.pad_id
+        memory = None if self.attention is None else self.attention.init_memory(states, key_mask, max_len)
+        return DecodeState({"cells": initial_states, "memory": memory, "key_mask": key_mask}, max_len)
+
+    def decode_step(self, token, index, state: DecodeState):
+        """token [B] at position `index` -> (logits [B, V], state), as row `index` of decode()."""
+        carry, valid = state.carry, token != self.pad_id
+        x = self.dropout(self.target_embed(token))
+        cells = []
+        for cell, cell_state in zip(self.decoder_cells, carry["cells"]):
+            cell_state, x = cell_step(cell, cell_state, x, valid)
+            cells.append(cell_state)
+        attend = lambda h: self.attention.attend_memory(h, carry["memory"], carry["key_mask"], index,
+                                                       state.max_len)
+        logits = self._logits(x[:, None], attend)[:, 0]
+        return logits, state.replace(carry={**carry, "cells": tuple(cells)})
 
     def __call__(self, source, decoder_input):
         return self.decode(self.encode(source), source, decoder_input)

@@ -10,6 +10,7 @@ import numpy as np
 from flax import nnx
 
 from attention import MultiHeadAttention, masks
+from models.decoding import DecodeState
 
 ROLES = ("encoder_self", "decoder_self", "cross")
 CAUSAL_ROLES = ("decoder_self",)
@@ -54,12 +55,18 @@ class Embedder(nnx.Module):
         self.dropout = nnx.Dropout(spec.dropout_rate, rngs=rngs)
 
     def __call__(self, tokens):
-        length = tokens.shape[1]
+        return self._embed(tokens, np.arange(tokens.shape[1]))
+
+    def embed_at(self, tokens, index):
+        """tokens [B] at position `index` (traced) -> [B, 1, d_model], as column `index` of __call__."""
+        return self._embed(tokens[:, None], jnp.atleast_1d(index))
+
+    def _embed(self, tokens, positions):
         if self.learned_positions is not None:
-            positions = self.learned_positions(jnp.arange(length))
+            position_vectors = self.learned_positions(positions)
         else:
-            positions = jnp.asarray(self.sinusoids[:length])
-        return self.dropout(self.tokens(tokens) * self.scale + positions)
+            position_vectors = jnp.asarray(self.sinusoids)[positions]
+        return self.dropout(self.tokens(tokens) * self.scale + position_vectors)
 
     def attend(self, x):
         return self.tokens.attend(x)
@@ -83,7 +90,12 @@ class Residual(nnx.Module):
         self.dropout = nnx.Dropout(spec.dropout_rate, rngs=rngs)
 
     def __call__(self, x, sublayer):
-        return x + self.dropout(sublayer(self.norm(x)))
+        return self.carrying(x, lambda h: (sublayer(h), None))[0]
+
+    def carrying(self, x, sublayer):
+        """The same for a sublayer that returns (output, carry), e.g. a decoding step and its cache."""
+        out, carry = sublayer(self.norm(x))
+        return x + self.dropout(out), carry
 
 
 def _attention(spec: TransformerSpec, role: str, rngs: nnx.Rngs) -> MultiHeadAttention:
@@ -117,6 +129,18 @@ class DecoderBlock(nnx.Module):
         x = self.self_branch(x, lambda h: self.self_attention(h, h, self_mask, causal=True))
         x = self.cross_branch(x, lambda h: self.cross_attention(h, encoded, cross_mask))
         return self.feed_forward_branch(x, self.feed_forward)
+
+    def init_decode_state(self, encoded, key_mask, max_len: int):
+        return {"self": self.self_attention.init_cache(encoded.shape[0], max_len, encoded.dtype),
+                "cross": self.cross_attention.init_memory(encoded, key_mask, max_len)}
+
+    def decode_step(self, x, state, key_mask, index, max_len: int, valid):
+        """x [B, 1, d_model] at position `index` -> (output, state), as row `index` of __call__."""
+        x, cache = self.self_branch.carrying(
+            x, lambda h: self.self_attention.decode_step(h, state["self"], index, max_len, valid))
+        x = self.cross_branch(
+            x, lambda h: self.cross_attention.attend_memory(h, state["cross"], key_mask, index, max_len))
+        return self.feed_forward_branch(x, self.feed_forward), {**state, "self": cache}
 
 
 class Encoder(nnx.Module):
@@ -153,11 +177,33 @@ class EncoderDecoder(nnx.Module):
         cross_mask = masks.padding_mask(source, self.pad_id)
         for block in self.decoder_blocks:
             x = block(x, encoded, self_mask, cross_mask)
+        return self._logits(x)
+
+    def _logits(self, x):
         x = self.decoder_norm(x)
         return self.target_embedder.attend(x) if self.logits is None else self.logits(x)
 
     def __call__(self, source, decoder_input):
         return self.decode(self.encode(source), source, decoder_input)
+
+    # --- incremental decoding (models/decoding.py): one target position per step ---------------------
+
+    def init_decode_state(self, encoded, source, max_len: int) -> DecodeState:
+        """Empty self-attention caches and the source projected once per layer for cross-attention."""
+        key_mask = source != self.pad_id
+        layers = tuple(block.init_decode_state(encoded, key_mask, max_len) for block in self.decoder_blocks)
+        return DecodeState({"layers": layers, "key_mask": key_mask}, max_len)
+
+    def decode_step(self, token, index, state: DecodeState):
+        """token [B] at position `index` -> (logits [B, V] of the next token, state): row `index` of
+        decode(encoded, source, buffer) for a `max_len` buffer holding the tokens fed so far."""
+        key_mask, valid = state.carry["key_mask"], token != self.pad_id
+        x = self.target_embedder.embed_at(token, index)
+        layers = []
+        for block, layer in zip(self.decoder_blocks, state.carry["layers"]):
+            x, layer = block.decode_step(x, layer, key_mask, index, state.max_len, valid)
+            layers.append(layer)
+        return self._logits(x)[:, 0], state.replace(carry={"layers": tuple(layers), "key_mask": key_mask})
 
     def attention_layers(self) -> dict[str, list[MultiHeadAttention]]:
         """Every attention layer by role, in layer order (for weight capture and rank bounds)."""

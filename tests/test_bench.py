@@ -1,10 +1,11 @@
-"""scripts/bench_attention.py at tiny sizes: the rows, tables and plot it writes, and its budgets. No speed
-is asserted: only that every measurement is present, positive, or skipped for the stated reason."""
+"""scripts/bench_attention.py and scripts/bench_decode.py at tiny sizes: the rows, tables and plot they
+write, and bench_attention's budgets. No speed is asserted: only that every measurement is present,
+positive, or skipped for the stated reason."""
 import json
 
 import pytest
 
-from scripts import bench_attention
+from scripts import bench_attention, bench_decode
 
 TINY = ["--lengths=16,32", "--batch=1", "--heads=2", "--head_dim=8", "--repeats=2"]
 KINDS = ["softmax", "linear"]
@@ -97,3 +98,23 @@ def test_summary_without_crossover_names_the_largest_length_compared():
 def test_unknown_kind_is_refused_before_compiling():
     with pytest.raises(SystemExit, match="unknown.*'nope'.*reference"):
         bench_attention.parse_kinds("softmax,nope")
+
+
+def test_bench_decode_quick_measures_every_kind_and_length(tmp_path):
+    bench_decode.main(["--quick", "--kinds=softmax,performer", f"--out={tmp_path}"])
+    result = json.loads((tmp_path / "decode.json").read_text())
+    rows = {(row["kind"], row["length"]): row for row in result["rows"]}
+    assert set(rows) == {(kind, length) for kind in ("softmax", "performer") for length in (16, 64)}
+    for row in rows.values():
+        assert row["ms_per_token"] > 0 and len(row["ms_repeats"]) == 2 and row["steps"] == 8
+        assert row["tokens_per_s"] == pytest.approx(1e3 / row["ms_per_token"])
+    text = (tmp_path / "decode.md").read_text()
+    assert "| L | softmax ms/token | performer ms/token | softmax tokens/s | performer tokens/s |" in text
+    ratio = rows["softmax", 64]["ms_per_token"] / rows["softmax", 16]["ms_per_token"]
+    assert f"| **64 / 16** | **{ratio:.2f}x** |" in text
+    assert (tmp_path / "decode.png").stat().st_size > 0
+
+
+def test_bench_decode_refuses_the_reference_kind():
+    with pytest.raises(SystemExit, match="'reference' has no incremental decoding"):
+        bench_decode.main(["--quick", "--kinds=softmax,reference"])

@@ -1,5 +1,5 @@
 """The translation task (see training/tasks.py): data and vocabularies, the encoder-decoder, its loss,
-teacher-forced metrics and the evaluation behind eval.json (greedy decoding, BLEU, attention ranks)."""
+teacher-forced metrics and the evaluation behind eval.json (greedy or beam decoding, BLEU, attention ranks)."""
 import dataclasses
 import os
 
@@ -12,7 +12,7 @@ from flax import nnx
 from data import files, pipeline, scan
 from data.vocab import Vocabulary
 from models import ROLES, EncoderDecoder, TransformerSpec
-from models.decoding import greedy_decode
+from models.decoding import beam_search, greedy_decode
 from models.rnn import RecurrentEncoderDecoder, RecurrentSpec
 from training import evaluate, validate
 from training.losses import token_cross_entropy
@@ -119,13 +119,20 @@ def summarize(sums: dict) -> dict:
     }
 
 
-def greedy_outputs(model, data: TranslationData, batch_size: int) -> list[str]:
+def decoded_outputs(model, data: TranslationData, eval_config) -> list[str]:
+    """The test outputs, decoded with the cache: greedy (eval.beam_size 1) or beam search."""
     model.eval()
     graphdef, state = nnx.split(model)
     max_len = data.test["target"].shape[1]
-    decode = jax.jit(lambda state, source: greedy_decode(nnx.merge(graphdef, state), source, max_len))
+
+    def search(model, source):
+        if eval_config.beam_size == 1:
+            return greedy_decode(model, source, max_len)
+        return beam_search(model, source, max_len, eval_config.beam_size, eval_config.length_penalty)
+
+    decode = jax.jit(lambda state, source: search(nnx.merge(graphdef, state), source))
     outputs = []
-    for batch, real in pipeline.fixed_size_batches(data.test, batch_size):
+    for batch, real in pipeline.fixed_size_batches(data.test, eval_config.batch_size):
         tokens = jax.device_get(decode(state, batch["source"]))[:real]
         outputs.extend(data.target_vocab.decode(row) for row in tokens)
     return outputs
@@ -154,7 +161,7 @@ def attention_analysis(config, workdir: str, model, data: TranslationData) -> li
 def evaluate_model(config, workdir: str, model, data: TranslationData, step: int) -> dict:
     """Evaluates on the whole test split and writes `eval.json` in the workdir; returns its content."""
     metrics = summarize(evaluate.model_metric_totals(model, metric_sums, data.test, config.eval.batch_size))
-    outputs = greedy_outputs(model, data, config.eval.batch_size)
+    outputs = decoded_outputs(model, data, config.eval)
     references = [target for _, target in data.test_pairs]
     return evaluate.write_eval_json(workdir, {
         "step": int(step),

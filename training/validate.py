@@ -90,6 +90,15 @@ def _check_translation_data(config) -> None:
             _check_file(config, field)
 
 
+def _check_decoding(config) -> None:
+    beam_size, alpha = config.eval.beam_size, config.eval.length_penalty
+    if not isinstance(beam_size, int) or beam_size < 1:
+        raise ConfigError(f"config.eval.beam_size={beam_size!r} must be an integer >= 1 (1: greedy decoding)")
+    if not 0 <= alpha < float("inf"):
+        raise ConfigError(f"config.eval.length_penalty={alpha!r} must be a finite number >= 0 "
+                          f"(the GNMT alpha; 0: no length penalty)")
+
+
 def _check_mlm_data(config) -> None:
     dataset, mlm = config.dataset, config.mlm
     if dataset.name == "tfds" and not dataset.tfds_name:
@@ -138,6 +147,10 @@ def validate(config) -> None:
     _choice("model.positions", config.model.positions, POSITIONS)
     _choice("nonfinite", config.nonfinite, NONFINITE)
     _choice("dataset.name", config.dataset.name, DATASETS[config.task])
-    (_check_translation_data if config.task == "translation" else _check_mlm_data)(config)
+    if config.task == "translation":
+        _check_translation_data(config)
+        _check_decoding(config)
+    else:
+        _check_mlm_data(config)
     mode = os.environ.get("WANDB_MODE") or config.wandb.mode
     _choice("wandb.mode (or WANDB_MODE)", mode, WANDB_MODES)

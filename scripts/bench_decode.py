@@ -1,0 +1,235 @@
+"""Per-token time of incremental decoding through ONE causal self-attention layer, by buffer length.
+
+  python scripts/bench_decode.py                       # softmax (KV cache) and linear (state); L 128..8192
+  python scripts/bench_decode.py --kinds=softmax,linear,performer --lengths=256,4096 --repeats=3
+  python scripts/bench_decode.py --quick               # seconds: small lengths and heads (smoke test)
+
+The layer is `attention.MultiHeadAttention(kind)` (projections included) decoding with its cache:
+`init_cache(B, L)` then `decode_step` for the last --steps positions L - steps .. L - 1 of a buffer of L
+positions, one `lax.scan` per timing, inputs [B, 1, H * D] standard normal float32. A softmax step
+scores all L cached keys (fixed shapes: O(L) per token); a linear step updates and reads its
+[H, m, D + 1] state (O(1) per token), so its per-token time should not grow with L.
+
+Each program is compiled once per (kind, L) and called once to warm up; then timing rounds alternate
+between the kinds, so that noise from a shared machine falls on all of them alike. One timing is as
+many calls as make it last ~50 ms, each ending in block_until_ready; a kind's time per token is the
+median of --repeats timings divided by --steps (a call also copies the cache once: amortised over the
+steps). Writes under --out: decode.json (machine, settings, one row per (kind, L)), decode.md (ms per
+token, tokens/s, and each kind's ratio of per-token time at the largest vs the smallest L) and
+decode.png (log-log per-token time against L).
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # run as a script from anywhere: the repository's packages must import
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from flax import nnx  # noqa: E402
+
+import attention  # noqa: E402
+from scripts.bench_attention import (MAX_CALLS_PER_TIMING, REFERENCE, TIMING_SECONDS, machine,  # noqa: E402
+                                     parse_kinds, parse_lengths, seconds_per_call)
+
+DEFAULT_LENGTHS = "128,512,2048,8192"
+QUICK = {"lengths": "16,64", "heads": 2, "head_dim": 16, "steps": 8, "repeats": 2}
+
+
+def build_layer(kind: str, heads: int, head_dim: int, num_features: int):
+    options = attention.select_options(kind, {"num_features": num_features})
+    layer = attention.MultiHeadAttention(kind, d_model=heads * head_dim, num_heads=heads, rngs=nnx.Rngs(0),
+                                         kind_options=options)
+    layer.eval()
+    return nnx.split(layer)
+
+
+def decode_program(graphdef, length: int, steps: int):
+    """jit of (layer state, cache, inputs [steps, B, 1, d]) -> outputs: positions length - steps ..
+    length - 1, one decode_step each, in a scan."""
+
+    def run(state, cache, inputs):
+        layer = nnx.merge(graphdef, state)
+        valid = jnp.ones(inputs.shape[1], bool)
+
+        def step(cache, x_and_index):
+            x, index = x_and_index
+            out, cache = layer.decode_step(x, cache, index, length, valid)
+            return cache, out
+
+        _, outputs = jax.lax.scan(step, cache, (inputs, jnp.arange(length - steps, length)))
+        return outputs
+
+    return jax.jit(run)
+
+
+def measure_length(kinds, layers, length, settings) -> list[dict]:
+    """Rows of every kind at one buffer length, timing rounds interleaved between the kinds."""
+    steps = min(settings["steps"], length)
+    d_model = settings["heads"] * settings["head_dim"]
+    inputs = jax.random.normal(jax.random.fold_in(jax.random.key(settings["seed"]), length),
+                               (steps, settings["batch"], 1, d_model))
+    candidates = []
+    for kind in kinds:
+        graphdef, state = layers[kind]
+        cache = nnx.merge(graphdef, state).init_cache(settings["batch"], length)
+        arguments = (state, cache, inputs)
+        started = time.perf_counter()
+        compiled = decode_program(graphdef, length, steps).lower(*arguments).compile()
+        compile_s = time.perf_counter() - started
+        seconds_per_call(compiled, arguments, 1)  # the first call allocates: not timed
+        warmup_s = seconds_per_call(compiled, arguments, 1)
+        calls = min(MAX_CALLS_PER_TIMING, max(1, int(TIMING_SECONDS / max(warmup_s, 1e-6))))
+        candidates.append({"kind": kind, "program": compiled, "arguments": arguments, "calls": calls,
+                           "compile_s": compile_s, "seconds": []})
+    for _ in range(settings["repeats"]):
+        for candidate in candidates:
+            candidate["seconds"].append(seconds_per_call(candidate["program"], candidate["arguments"],
+                                                         candidate["calls"]))
+    rows = []
+    for candidate in candidates:
+        ms = 1e3 * float(np.median(candidate["seconds"])) / steps
+        rows.append({"kind": candidate["kind"], "length": length, "steps": steps, "ms_per_token": ms,
+                     "tokens_per_s": 1e3 / ms, "ms_repeats": [1e3 * s / steps for s in candidate["seconds"]],
+                     "calls_per_timing": candidate["calls"], "compile_s": candidate["compile_s"]})
+    return rows
+
+
+def measure(kinds: list[str], lengths: list[int], settings: dict, log=print) -> dict:
+    layers = {kind: build_layer(kind, settings["heads"], settings["head_dim"], settings["num_features"])
+              for kind in kinds}
+    rows, started = [], time.perf_counter()
+    for length in lengths:
+        measured = measure_length(kinds, layers, length, settings)
+        rows.extend(measured)
+        log(f"[{time.perf_counter() - started:6.1f} s] L={length}: "
+            + ", ".join(f"{row['kind']} {row['ms_per_token']:.3f} ms/token" for row in measured))
+    return {"machine": machine(), "settings": {**settings, "kinds": kinds, "lengths": lengths},
+            "rows": rows, "elapsed_s": time.perf_counter() - started}
+
+
+# --- reports -------------------------------------------------------------------------------------------------
+
+
+def _lookup(result: dict) -> dict:
+    return {(row["kind"], row["length"]): row for row in result["rows"]}
+
+
+def growth(result: dict, kind: str) -> float:
+    """Per-token time at the largest length over that at the smallest."""
+    lengths, rows = result["settings"]["lengths"], _lookup(result)
+    return rows[kind, lengths[-1]]["ms_per_token"] / rows[kind, lengths[0]]["ms_per_token"]
+
+
+def table(result: dict) -> str:
+    kinds, lengths, rows = result["settings"]["kinds"], result["settings"]["lengths"], _lookup(result)
+    header = ["L", *(f"{kind} ms/token" for kind in kinds), *(f"{kind} tokens/s" for kind in kinds)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---:|" * len(header)]
+    for length in lengths:
+        cells = [f"{length:,}", *(f"{rows[kind, length]['ms_per_token']:.3f}" for kind in kinds),
+                 *(f"{rows[kind, length]['tokens_per_s']:,.0f}" for kind in kinds)]
+        lines.append("| " + " | ".join(cells) + " |")
+    ratio = [f"**{lengths[-1]:,} / {lengths[0]:,}**", *(f"**{growth(result, kind):.2f}x**" for kind in kinds),
+             *("" for _ in kinds)]
+    lines.append("| " + " | ".join(ratio) + " |")
+    return "\n".join(lines)
+
+
+def summary(result: dict) -> str:
+    lengths = result["settings"]["lengths"]
+    return (f"per-token time at L={lengths[-1]:,} vs L={lengths[0]:,}: "
+            + ", ".join(f"{kind} {growth(result, kind):.2f}x" for kind in result["settings"]["kinds"]))
+
+
+def markdown(result: dict) -> str:
+    s, m = result["settings"], result["machine"]
+    return "\n".join([
+        "# Incremental decoding, one causal self-attention layer (projections included)\n",
+        f"B={s['batch']}, H={s['heads']}, D={s['head_dim']}, float32; the last {s['steps']} positions of a "
+        f"buffer of L; median of {s['repeats']} timings; {m['platform']} ({m['device']}), {m['cpu_count']} "
+        f"CPUs, jax {m['jax']}. Softmax kinds keep a KV cache (a step scores all L positions), kernelised "
+        f"kinds a state sum phi(k) [v, 1]^T (a step is O(1) in L).\n",
+        table(result), "", f"**{summary(result)}**", ""])
+
+
+def plot(result: dict, path: str) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = _lookup(result)
+    fig, ax = plt.subplots(figsize=(6, 4.2), layout="constrained")
+    for kind in result["settings"]["kinds"]:
+        lengths = result["settings"]["lengths"]
+        ax.plot(lengths, [rows[kind, length]["ms_per_token"] for length in lengths], marker="o", label=kind)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("buffer length L")
+    ax.set_ylabel("ms per decoded token")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def write_reports(result: dict, out: str) -> list[str]:
+    os.makedirs(out, exist_ok=True)
+    paths = [os.path.join(out, name) for name in ("decode.json", "decode.md", "decode.png")]
+    with open(paths[0], "w") as f:
+        json.dump(result, f, indent=1)
+    with open(paths[1], "w") as f:
+        f.write(markdown(result))
+    plot(result, paths[2])
+    return paths
+
+
+# --- command line ------------------------------------------------------------------------------------------
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kinds", default="softmax,linear", help="comma-separated registered kinds")
+    parser.add_argument("--lengths", default=DEFAULT_LENGTHS, help="comma-separated buffer lengths")
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--head_dim", type=int, default=64)
+    parser.add_argument("--num_features", type=int, default=64, help="for the kinds that take it (performer)")
+    parser.add_argument("--steps", type=int, default=64, help="tokens decoded per call (the last positions)")
+    parser.add_argument("--repeats", type=int, default=5, help="timings per measurement; the median is kept")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke-test sizes: " + ", ".join(f"--{k}={v}" for k, v in QUICK.items()))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="reports/bench")
+    args = parser.parse_args(argv)
+    if args.quick:
+        for name, value in QUICK.items():
+            setattr(args, name, value)
+    for name in ("batch", "heads", "head_dim", "num_features", "steps", "repeats"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+    return args
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    kinds, lengths = parse_kinds(args.kinds), parse_lengths(args.lengths)
+    if REFERENCE in kinds:
+        raise SystemExit(f"--kinds: {REFERENCE!r} has no incremental decoding; choose registered kinds")
+    settings = {name: getattr(args, name) for name in
+                ("batch", "heads", "head_dim", "num_features", "steps", "repeats", "seed")}
+    result = measure(kinds, lengths, settings)
+    paths = write_reports(result, args.out)
+    print(f"\n{table(result)}\n\n{summary(result)}")
+    print(f"{len(result['rows'])} measurements in {result['elapsed_s']:.0f} s; written: {', '.join(paths)}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
