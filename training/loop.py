@@ -88,6 +88,19 @@ def _exit_interrupted(step: int, stop: interrupts.StopRequest, checkpoints: Chec
     raise SystemExit(stop.exit_status())
 
 
+def _metrics_place(workdir: str, config):
+    """(directory, config) of this process's MetricsWriter: the workdir for the first (or only) host; the
+    others, which compute the same metrics, log apart in process_<i>/ without W&B, so that no line of
+    metrics.jsonl is written twice."""
+    if jax.process_index() == 0:
+        return workdir, config
+    quiet = config.copy_and_resolve_references()
+    quiet.wandb.mode = "disabled"
+    directory = os.path.join(workdir, f"process_{jax.process_index()}")
+    os.makedirs(directory, exist_ok=True)
+    return directory, quiet
+
+
 def train_and_evaluate(config, workdir: str) -> dict:
     """Trains `config` in `workdir` (resuming from its latest checkpoint) and returns eval.json's content.
 
@@ -113,7 +126,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
     if (restored := checkpoints.restore_latest(state)) is not None:
         start_step, state, metadata = restored
         print(f"resuming {workdir} from step {start_step}", flush=True)
-    writer = MetricsWriter(workdir, config, start_step)
+    writer = MetricsWriter(*_metrics_place(workdir, config), start_step)
 
     loss_fn = functools.partial(task.metric_sums, label_smoothing=config.label_smoothing)
     dropout_key = jax.random.fold_in(jax.random.key(config.seed), 1)

@@ -5,6 +5,8 @@ several hosts: only the number of devices changes.
 Every host computes the step's whole global batch (a function of (seed, step)) and hands over only
 the rows its own devices hold, so the batches do not depend on the number of hosts or devices.
 """
+import os
+
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -14,10 +16,14 @@ PARAMS = ("replicated", "fsdp")  # config.sharding.params
 
 
 def initialize(config) -> None:
-    """jax.distributed.initialize() when config.distributed (see configs/common.py for what it reads);
-    it must run before anything touches a device."""
+    """jax.distributed.initialize() when config.distributed; it must run before anything touches a device.
+    JAX detects the coordinator, host count and host index on the clusters it knows; elsewhere they come
+    from JAX_COORDINATOR_ADDRESS (read by JAX), JAX_NUM_PROCESSES and JAX_PROCESS_ID."""
     if config.distributed:
-        jax.distributed.initialize()
+        given = {name: int(os.environ[variable]) for name, variable in
+                 (("num_processes", "JAX_NUM_PROCESSES"), ("process_id", "JAX_PROCESS_ID"))
+                 if variable in os.environ}
+        jax.distributed.initialize(**given)
 
 
 def data_mesh() -> Mesh:
@@ -54,10 +60,18 @@ def state_shardings(state: dict, mesh: Mesh, params: str) -> dict:
             "params": jax.tree.map(rule, state["params"]), "opt_state": jax.tree.map(rule, state["opt_state"])}
 
 
+def _put_global(x, sharding: NamedSharding):
+    """`x`, the same on every host, as a global array (jax.device_put takes only this host's devices)."""
+    if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):  # placed as its raw bits
+        return jax.random.wrap_key_data(_put_global(jax.random.key_data(x), sharding), impl=jax.random.key_impl(x))
+    host = np.asarray(x)
+    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+
 def put_state(state: dict, mesh: Mesh, params: str) -> tuple[dict, dict]:
     """(the state placed on the mesh, its shardings): what a checkpoint restores onto and the steps keep."""
     shardings = state_shardings(state, mesh, params)
-    return jax.device_put(state, shardings), shardings
+    return jax.tree.map(_put_global, state, shardings), shardings
 
 
 def global_batch_size(per_device_batch_size: int) -> int:
