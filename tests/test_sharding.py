@@ -80,7 +80,7 @@ def _child(out: str, devices: int, files) -> None:
 def runs(data_files, tmp_path_factory):
     out = str(tmp_path_factory.mktemp("sharding"))
     for devices in RUNS:  # 1 first: the resumed 4-device run starts from its checkpoint
-        env = {**os.environ, "PYTHONPATH": ROOT,
+        env = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu",  # CPU devices even beside a GPU
                "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} "
                             f"--xla_force_host_platform_device_count={devices}"}
         child = subprocess.run([sys.executable, __file__, out, str(devices), *data_files], cwd=ROOT, env=env,
@@ -101,8 +101,9 @@ def runs(data_files, tmp_path_factory):
 
 def _assert_same_training(run: dict, reference: dict, first_step: int = 1) -> None:
     train = [line for line in reference["train"] if line["step"] >= first_step]
-    assert [line["step"] for line in run["train"] if line["step"] >= first_step] == [line["step"] for line in train]
-    for line, expected in zip([line for line in run["train"] if line["step"] >= first_step], train):
+    lines = [line for line in run["train"] if line["step"] >= first_step]
+    assert [line["step"] for line in lines] == [line["step"] for line in train]
+    for line, expected in zip(lines, train):
         assert line["loss"] == pytest.approx(expected["loss"], rel=LOSS_RTOL), line["step"]
         assert line["grad_norm"] == pytest.approx(expected["grad_norm"], rel=1e-4), line["step"]
     [evaluated], [expected] = run["eval"], reference["eval"]

@@ -77,8 +77,8 @@ def _log_train_window(task, config, writer: MetricsWriter, pending: list, done: 
     writer.write(done, "train", elapsed_s, metrics)
     progress_metric = task.PROGRESS_METRIC
     print(f"step {done}/{config.num_train_steps} | loss {metrics['loss']:.4f} | {progress_metric} "
-          f"{metrics[progress_metric]:.4f} | {steps_per_sec:.1f} steps/s | {tokens_per_sec:,.0f} tokens/s | ETA {eta}",
-          flush=True)
+          f"{metrics[progress_metric]:.4f} | {steps_per_sec:.1f} steps/s | {tokens_per_sec:,.0f} tokens/s | "
+          f"ETA {eta}", flush=True)
 
 
 def _exit_interrupted(step: int, stop: interrupts.StopRequest, checkpoints: Checkpoints, writer: MetricsWriter):

@@ -57,13 +57,15 @@ def state_shardings(state: dict, mesh: Mesh, params: str) -> dict:
         return NamedSharding(mesh, fsdp_spec(np.shape(x), mesh.size))
 
     return {"step": replicated(mesh), "rest": jax.tree.map(lambda _: replicated(mesh), state["rest"]),
-            "params": jax.tree.map(rule, state["params"]), "opt_state": jax.tree.map(rule, state["opt_state"])}
+            "params": jax.tree.map(rule, state["params"]),
+            "opt_state": jax.tree.map(rule, state["opt_state"])}
 
 
 def _put_global(x, sharding: NamedSharding):
     """`x`, the same on every host, as a global array (jax.device_put takes only this host's devices)."""
     if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):  # placed as its raw bits
-        return jax.random.wrap_key_data(_put_global(jax.random.key_data(x), sharding), impl=jax.random.key_impl(x))
+        bits = _put_global(jax.random.key_data(x), sharding)
+        return jax.random.wrap_key_data(bits, impl=jax.random.key_impl(x))
     host = np.asarray(x)
     return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
 

@@ -8,7 +8,8 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
-from jax.sharding import NamedSharding, PartitionSpec
+
+from training import sharding
 
 
 def learning_rate_schedule(config):
@@ -49,7 +50,7 @@ def _in_compute_dtype(params, compute_dtype: str):
 
 
 def _metrics_sharding(shardings):
-    return NamedSharding(jax.tree.leaves(shardings)[0].mesh, PartitionSpec())
+    return sharding.replicated(jax.tree.leaves(shardings)[0].mesh)
 
 
 def make_train_step(graphdef, optimizer, loss_fn, dropout_key, *, compute_dtype: str = "float32",
@@ -90,7 +91,8 @@ def make_train_step(graphdef, optimizer, loss_fn, dropout_key, *, compute_dtype:
             (optax.apply_updates(state["params"], updates), opt_state),
             (state["params"], state["opt_state"]))
         new_state = {"step": state["step"] + 1, "params": params, "rest": rest, "opt_state": opt_state}
-        return new_state, {**sums, "grad_norm": grad_norm, "finite": finite, "real_tokens": real_tokens(batch)}
+        metrics = {**sums, "grad_norm": grad_norm, "finite": finite, "real_tokens": real_tokens(batch)}
+        return new_state, metrics
 
     if shardings is None:
         return jax.jit(train_step, donate_argnums=0)
