@@ -1,4 +1,4 @@
-"""Config blocks every task shares: attention kinds and their options, W&B."""
+"""Config blocks every task shares: attention kinds and their options, devices and precision, W&B."""
 import ml_collections
 
 
@@ -21,6 +21,20 @@ def attention_config() -> ml_collections.ConfigDict:
     attention.taylor_order = 2  # taylor: even order of the truncated exp series
     attention.exp_limit_n = 2  # exp_limit: even n of (1 + q.k/(n sqrt d))^n
     return attention
+
+
+def add_device_fields(config: ml_collections.ConfigDict) -> None:
+    """How a run spreads over devices and hosts, and its compute precision (README: "Many devices and
+    mixed precision"). The global batch is per_device_batch_size times the number of devices."""
+    config.sharding = ml_collections.ConfigDict()
+    # Parameters and optimizer state: "replicated" on every device, or "fsdp": each array split along
+    # its largest axis divisible by the device count (replicated when none is), gathered when used.
+    config.sharding.params = "replicated"
+    config.compute_dtype = "float32"  # or "bfloat16": forward and backward; params and Adam stay float32
+    # Call jax.distributed.initialize() first, for a run over several hosts, each running the same command;
+    # the cluster (Cloud TPU, SLURM, Open MPI, Kubernetes) or JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES
+    # and JAX_PROCESS_ID tell it the coordinator, the number of hosts and this host's index.
+    config.distributed = False
 
 
 def wandb_config() -> ml_collections.ConfigDict:

@@ -67,6 +67,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.eval.rank_examples = 16  # test sequences whose attention matrices are analysed
     config.eval.plots = True
 
+    common.add_device_fields(config)
     config.wandb = common.wandb_config()
 
     presets.apply(config, arg, {"attention": common.set_attention, "quick": _set_quick, "tiny": _set_tiny})

@@ -58,6 +58,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.eval.rank_examples = 32  # test examples whose attention matrices are analysed
     config.eval.plots = True
 
+    common.add_device_fields(config)
     config.wandb = common.wandb_config()
 
     presets.apply(config, arg, {"attention": common.set_attention, "split": _set_split, "rnn": _set_rnn,

@@ -51,10 +51,11 @@ class Bench:
         data = task.prepare_data(config, workdir)
         optimizer = steps.create_optimizer(config)
         graphdef, self.state = steps.init_state(task.create_model(config, data), optimizer)
-        train_step = steps.make_train_step(graphdef, optimizer, task.metric_sums, jax.random.key(0))
+        train_step = steps.make_train_step(graphdef, optimizer, task.metric_sums, jax.random.key(0),
+                                           compute_dtype=config.compute_dtype)
         batch_size = config.per_device_batch_size * jax.local_device_count()
         self.batches = [task.train_batch(config, data, batch_size, step) for step in range(4)]
-        self.tokens = float(np.mean([_real_tokens(batch) for batch in self.batches]))
+        self.tokens = float(np.mean([steps.real_tokens(batch) for batch in self.batches]))
         compiled = train_step.lower(self.state, self.batches[0]).compile()
         self.flops = _flops(compiled)
         self.step = train_step
@@ -67,12 +68,6 @@ class Bench:
             self.state, metrics = self.step(self.state, self.batches[index % len(self.batches)])
         jax.block_until_ready(metrics)
         return (time.perf_counter() - started) / num_steps
-
-
-def _real_tokens(batch: dict) -> int:
-    """Non-padding tokens the step reads: source + decoder input for translation, inputs for MLM."""
-    names = ("source", "decoder_input") if "source" in batch else ("inputs",)
-    return int(sum((batch[name] != 0).sum() for name in names))
 
 
 def _flops(compiled) -> float | None:

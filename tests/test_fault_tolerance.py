@@ -19,7 +19,7 @@ from training import interrupts, loop, translation
 from training.checkpoints import CheckpointError, Checkpoints
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WALL_CLOCK = ("elapsed_s", "steps_per_sec")  # the only fields an interruption may change
+WALL_CLOCK = ("elapsed_s", "steps_per_sec", "tokens_per_sec")  # the only fields an interruption may change
 
 
 def _skip_final_evaluation(monkeypatch) -> None:

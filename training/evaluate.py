@@ -10,7 +10,7 @@ from flax import nnx
 from analysis import plots, rank
 from data import pipeline
 from models import CAUSAL_ROLES
-from training import tasks, validate
+from training import sharding, tasks, validate
 from training.checkpoints import Checkpoints
 from training.steps import create_optimizer, init_state, make_eval_step
 
@@ -45,10 +45,12 @@ def attention_weights(model, forward, batch) -> dict[str, np.ndarray]:
 
 
 def metric_totals(eval_step, params, rest, arrays, batch_size: int) -> dict:
-    """The eval step's sums added over every row of `arrays`, in fixed-size batches."""
+    """The eval step's sums added over every row of `arrays`, in fixed-size batches split over the devices
+    the parameters are on: rounded up to a multiple of them with padding rows, which weigh nothing."""
+    mesh = sharding.mesh_of(params)
     totals = None
-    for batch, _ in pipeline.fixed_size_batches(arrays, batch_size):
-        sums = jax.device_get(eval_step(params, rest, batch))
+    for batch, _ in pipeline.fixed_size_batches(arrays, sharding.padded_batch_size(batch_size, mesh)):
+        sums = jax.device_get(eval_step(params, rest, sharding.put_batch(batch, mesh)))
         totals = sums if totals is None else jax.tree.map(np.add, totals, sums)
     return totals
 
@@ -108,6 +110,7 @@ def evaluate(config, workdir: str) -> dict:
     data = task.prepare_data(config, workdir)
     model = task.create_model(config, data)
     _, state = init_state(model, create_optimizer(config))  # the layout training checkpointed
+    state, _ = sharding.put_state(state, sharding.data_mesh(), config.sharding.params)
     state, _ = checkpoints.restore(step, state)
     checkpoints.close()
     nnx.update(model, state["params"], state["rest"])

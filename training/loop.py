@@ -7,7 +7,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from training import evaluate, interrupts, tasks, validate
+from training import evaluate, interrupts, sharding, tasks, validate
 from training.checkpoints import Checkpoints
 from training.metrics import MetricsWriter
 from training.steps import create_optimizer, init_state, learning_rate_schedule, make_eval_step, make_train_step
@@ -66,14 +66,19 @@ def _log_train_window(task, config, writer: MetricsWriter, pending: list, done: 
     counted = [metrics for metrics in window if metrics["finite"]] or window
     sums = jax.tree.map(lambda *values: np.sum(values), *counted)
     steps_per_sec, eta = progress.update(done)
+    # Tokens read per step (skipped steps read theirs too) at the window's pace: also right for a window
+    # that a restart cut, whose first steps ran before it.
+    tokens_per_sec = steps_per_sec * float(np.mean([m["real_tokens"] for m in window]))
     metrics = {**task.summarize(sums), "learning_rate": float(learning_rate_schedule(config)(done - 1)),
-               "grad_norm": float(np.mean([m["grad_norm"] for m in counted])), "steps_per_sec": steps_per_sec}
+               "grad_norm": float(np.mean([m["grad_norm"] for m in counted])), "steps_per_sec": steps_per_sec,
+               "tokens_per_sec": tokens_per_sec}
     if config.nonfinite == "skip":
         metrics["skipped_steps"] = skipped
     writer.write(done, "train", elapsed_s, metrics)
     progress_metric = task.PROGRESS_METRIC
     print(f"step {done}/{config.num_train_steps} | loss {metrics['loss']:.4f} | {progress_metric} "
-          f"{metrics[progress_metric]:.4f} | {steps_per_sec:.1f} steps/s | ETA {eta}", flush=True)
+          f"{metrics[progress_metric]:.4f} | {steps_per_sec:.1f} steps/s | {tokens_per_sec:,.0f} tokens/s | "
+          f"ETA {eta}", flush=True)
 
 
 def _exit_interrupted(step: int, stop: interrupts.StopRequest, checkpoints: Checkpoints, writer: MetricsWriter):
@@ -83,12 +88,27 @@ def _exit_interrupted(step: int, stop: interrupts.StopRequest, checkpoints: Chec
     raise SystemExit(stop.exit_status())
 
 
+def _metrics_place(workdir: str, config):
+    """(directory, config) of this process's MetricsWriter: the workdir for the first (or only) host; the
+    others, which compute the same metrics, log apart in process_<i>/ without W&B, so that no line of
+    metrics.jsonl is written twice."""
+    if jax.process_index() == 0:
+        return workdir, config
+    quiet = config.copy_and_resolve_references()
+    quiet.wandb.mode = "disabled"
+    directory = os.path.join(workdir, f"process_{jax.process_index()}")
+    os.makedirs(directory, exist_ok=True)
+    return directory, quiet
+
+
 def train_and_evaluate(config, workdir: str) -> dict:
     """Trains `config` in `workdir` (resuming from its latest checkpoint) and returns eval.json's content.
 
     SIGTERM or SIGINT while it trains: it checkpoints the step it is at and raises SystemExit with the
     status of a process killed by that signal (see interrupts.StopRequest), for a restart to resume.
     """
+    validate.check_devices(config)
+    sharding.initialize(config)  # before validate(), which already runs JAX code
     validate.validate(config)
     os.makedirs(workdir, exist_ok=True)
     with open(os.path.join(workdir, "config.json"), "w") as f:
@@ -98,19 +118,23 @@ def train_and_evaluate(config, workdir: str) -> dict:
     model = task.create_model(config, data)
     optimizer = create_optimizer(config)
     graphdef, state = init_state(model, optimizer)
+    mesh = sharding.data_mesh()
+    state, shardings = sharding.put_state(state, mesh, config.sharding.params)
 
     checkpoints = Checkpoints(os.path.join(workdir, "checkpoints"))
     start_step, metadata = 0, {"elapsed_s": 0.0}
     if (restored := checkpoints.restore_latest(state)) is not None:
         start_step, state, metadata = restored
         print(f"resuming {workdir} from step {start_step}", flush=True)
-    writer = MetricsWriter(workdir, config, start_step)
+    writer = MetricsWriter(*_metrics_place(workdir, config), start_step)
 
     loss_fn = functools.partial(task.metric_sums, label_smoothing=config.label_smoothing)
     dropout_key = jax.random.fold_in(jax.random.key(config.seed), 1)
-    train_step = make_train_step(graphdef, optimizer, loss_fn, dropout_key)
-    eval_step = make_eval_step(graphdef, task.metric_sums)
-    batch_size = config.per_device_batch_size * jax.local_device_count()
+    train_step = make_train_step(graphdef, optimizer, loss_fn, dropout_key,
+                                 compute_dtype=config.compute_dtype, shardings=shardings)
+    eval_step = make_eval_step(graphdef, task.metric_sums, compute_dtype=config.compute_dtype,
+                               shardings=shardings)
+    batch_size = sharding.global_batch_size(config.per_device_batch_size)
 
     started = time.time()
     def elapsed():
@@ -121,7 +145,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
     pending = metadata.get("window", [])
     with interrupts.stop_requests() as stop:
         for step in range(start_step, config.num_train_steps):
-            batch = task.train_batch(config, data, batch_size, step)
+            batch = sharding.put_batch(task.train_batch(config, data, batch_size, step), mesh)
             state, step_metrics = train_step(state, batch)
             pending.append(step_metrics)
             done = step + 1

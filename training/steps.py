@@ -1,12 +1,15 @@
 """Optimizer, train state and the jitted steps: plain `jax.jit` over `nnx.split` state.
 
 The train state is a dict pytree {step, params, rest, opt_state} (`rest`: every non-Param variable,
-such as RNG state), donated to each step and checkpointed as is.
+such as RNG state), donated to each step and checkpointed as is. Parameters and optimizer state stay
+float32; the steps compute in `compute_dtype` (see _in_compute_dtype).
 """
 import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
+
+from training import sharding
 
 
 def learning_rate_schedule(config):
@@ -28,24 +31,56 @@ def init_state(model: nnx.Module, optimizer: optax.GradientTransformation):
     return graphdef, state
 
 
-def make_train_step(graphdef, optimizer, loss_fn, dropout_key):
+COMPUTE_DTYPES = ("float32", "bfloat16")  # config.compute_dtype
+# The token ids a step reads, by task; PAD is 0 in both tasks' vocabularies.
+TOKEN_FIELDS = ("source", "decoder_input", "inputs")
+
+
+def real_tokens(batch):
+    """Non-padding tokens a step reads: source + decoder input for translation, inputs for MLM. A float32
+    sum on device inside the step, or on the host for numpy batches."""
+    return sum((batch[name] != 0).sum(dtype=jnp.float32) for name in TOKEN_FIELDS if name in batch)
+
+
+def _in_compute_dtype(params, compute_dtype: str):
+    """The floating parameters cast for the forward pass. Differentiating through the cast gives float32
+    gradients of the float32 parameters, and the model code needs no dtype of its own."""
+    dtype = jnp.dtype(compute_dtype)
+    return jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, params)
+
+
+def _metrics_sharding(shardings):
+    return sharding.replicated(jax.tree.leaves(shardings)[0].mesh)
+
+
+def make_train_step(graphdef, optimizer, loss_fn, dropout_key, *, compute_dtype: str = "float32",
+                    shardings=None):
     """loss_fn(model, batch) -> (loss, sums). Returns jitted (state, batch) -> (state, step metrics).
 
     Dropout noise is a function of (dropout_key, step), so a resumed run draws what an uninterrupted
     one would. A step whose loss or gradient is not finite leaves the state unchanged and says so in
-    its metrics (`finite`), for the loop to stop on without a host sync per step.
+    its metrics (`finite`), for the loop to stop on without a host sync per step. `shardings` (those of
+    sharding.state_shardings) fixes the state's placement in and out; the batch keeps the one
+    sharding.put_batch gave it, and the metrics come back replicated.
     """
 
-    def train_step(state, batch):
-        model = nnx.merge(graphdef, state["params"], state["rest"])
+    def loss_of(params, rest, batch, step):
+        # Fresh Variables for this trace (jax passes `rest` in as the outer trace's objects): nnx lets
+        # reseeding and dropout advance the RNG state only in the trace its Variables were made in.
+        rest = jax.tree.map(lambda x: x, rest)
+        model = nnx.merge(graphdef, _in_compute_dtype(params, compute_dtype), rest)
         model.train()
-        nnx.reseed(model, dropout=jax.random.fold_in(dropout_key, state["step"]))
+        nnx.reseed(model, dropout=jax.random.fold_in(dropout_key, step))
         for _, module in nnx.iter_modules(model):  # e.g. random features redrawn on a schedule
             if hasattr(module, "on_train_step"):
-                module.on_train_step(state["step"])
-        # nnx.value_and_grad (not jax's) carries the RNG-state updates of dropout out of the trace.
-        (loss, sums), grads = nnx.value_and_grad(lambda m: loss_fn(m, batch), has_aux=True)(model)
-        rest = nnx.state(model, nnx.Not(nnx.Param))
+                module.on_train_step(step)
+        loss, sums = loss_fn(model, batch)
+        # The RNG state that dropout advanced, carried out of the trace.
+        return loss, (sums, nnx.state(model, nnx.Not(nnx.Param)))
+
+    def train_step(state, batch):
+        (loss, (sums, rest)), grads = jax.value_and_grad(loss_of, has_aux=True)(
+            state["params"], state["rest"], batch, state["step"])
         updates, opt_state = optimizer.update(grads, state["opt_state"], state["params"])
         grad_norm = optax.global_norm(grads)
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
@@ -56,17 +91,25 @@ def make_train_step(graphdef, optimizer, loss_fn, dropout_key):
             (optax.apply_updates(state["params"], updates), opt_state),
             (state["params"], state["opt_state"]))
         new_state = {"step": state["step"] + 1, "params": params, "rest": rest, "opt_state": opt_state}
-        return new_state, {**sums, "grad_norm": grad_norm, "finite": finite}
+        metrics = {**sums, "grad_norm": grad_norm, "finite": finite, "real_tokens": real_tokens(batch)}
+        return new_state, metrics
 
-    return jax.jit(train_step, donate_argnums=0)
+    if shardings is None:
+        return jax.jit(train_step, donate_argnums=0)
+    return jax.jit(train_step, in_shardings=(shardings, None),
+                   out_shardings=(shardings, _metrics_sharding(shardings)), donate_argnums=0)
 
 
-def make_eval_step(graphdef, loss_fn):
-    """Jitted (params, rest, batch) -> metric sums, in evaluation mode (no dropout)."""
+def make_eval_step(graphdef, loss_fn, *, compute_dtype: str = "float32", shardings=None):
+    """Jitted (params, rest, batch) -> metric sums, in evaluation mode (no dropout). `shardings`: as in
+    make_train_step."""
 
     def eval_step(params, rest, batch):
-        model = nnx.merge(graphdef, params, rest)
+        model = nnx.merge(graphdef, _in_compute_dtype(params, compute_dtype), rest)
         model.eval()
         return loss_fn(model, batch)[1]
 
-    return jax.jit(eval_step)
+    if shardings is None:
+        return jax.jit(eval_step)
+    return jax.jit(eval_step, in_shardings=(shardings["params"], shardings["rest"], None),
+                   out_shardings=_metrics_sharding(shardings))

@@ -6,6 +6,7 @@ from flax import nnx
 import attention
 from data import scan_grammar
 from models import rnn
+from training import sharding, steps
 
 ROLE_FIELDS = ("encoder_self", "decoder_self", "cross")
 TASK_ROLES = {"translation": ROLE_FIELDS, "mlm": ("encoder_self",)}  # the roles each task's model has
@@ -120,8 +121,18 @@ def _check_mlm_data(config) -> None:
                           f"{mlm.mask_token_rate + mlm.random_token_rate} exceeds 1")
 
 
+def check_devices(config) -> None:
+    """The device and precision fields, checked before jax.distributed.initialize(), which must precede
+    any JAX computation (the rest of validate() runs some)."""
+    _choice("sharding.params", config.sharding.params, sharding.PARAMS)
+    _choice("compute_dtype", config.compute_dtype, steps.COMPUTE_DTYPES)
+    if not isinstance(config.distributed, bool):
+        raise ConfigError(f"config.distributed={config.distributed!r} must be True or False")
+
+
 def validate(config) -> None:
     _choice("task", config.task, TASKS)
+    check_devices(config)
     if config.task == "translation":
         _choice("model.name", config.model.name, MODELS)
         _choice("model.cell", config.model.cell, rnn.CELLS)
