@@ -15,7 +15,9 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from training import interrupts, loop, translation
+from flax import nnx
+
+from training import evaluate, interrupts, loop, translation
 from training.checkpoints import CheckpointError, Checkpoints
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -137,6 +139,29 @@ def test_a_latest_checkpoint_that_does_not_restore_falls_back_to_the_older_one(s
     # of which 11-14 ran before the restart and came back with checkpoint 14.
     assert _metric_lines(workdir) == _metric_lines(reference)
     _assert_same_state(workdir, reference, 20)
+
+
+def test_eval_py_falls_back_past_a_latest_checkpoint_that_does_not_restore(straight, tmp_path, monkeypatch):
+    config, reference = straight
+    workdir = str(tmp_path / "run")
+    shutil.copytree(reference, workdir)
+    _truncate_files(os.path.join(workdir, "checkpoints", "20"))
+    evaluated = {}
+    def capture(config, workdir, model, data, step):
+        evaluated.update(step=step, params=nnx.state(model, nnx.Param))
+        return {"metrics": {}}
+    monkeypatch.setattr(translation, "evaluate_model", capture)
+    evaluate.evaluate(config, workdir)
+    assert evaluated["step"] == 14
+    saved = ocp.StandardCheckpointer().restore(os.path.join(reference, "checkpoints", "14", "state"))["params"]
+    def by_path(tree):  # Orbax restores list indices as strings, and a Variable as {"value": array}
+        names = lambda path: tuple(str(getattr(key, "key", getattr(key, "idx", key))) for key in path)
+        return {names(path)[: -1 if names(path)[-1] == "value" else None]: leaf
+                for path, leaf in jax.tree.leaves_with_path(tree)}
+    got, expected = by_path(evaluated["params"].to_pure_dict()), by_path(saved)
+    assert got.keys() == expected.keys()
+    for key in got:
+        np.testing.assert_array_equal(got[key], expected[key], err_msg=str(key))
 
 
 def test_when_no_checkpoint_restores_the_error_says_so_and_moves_nothing(straight, tmp_path):

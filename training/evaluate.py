@@ -104,14 +104,13 @@ def evaluate(config, workdir: str) -> dict:
     validate.validate(config)
     task = tasks.get(config.task)
     checkpoints = Checkpoints(os.path.join(workdir, "checkpoints"))
-    step = checkpoints.latest_step()
-    if step is None:
+    if checkpoints.latest_step() is None:
         raise FileNotFoundError(f"no checkpoint in {os.path.join(workdir, 'checkpoints')}; train first")
     data = task.prepare_data(config, workdir)
     model = task.create_model(config, data)
     _, state = init_state(model, create_optimizer(config))  # the layout training checkpointed
     state, _ = sharding.put_state(state, sharding.data_mesh(), config.sharding.params)
-    state, _ = checkpoints.restore(step, state)
+    step, state, _ = checkpoints.restore_latest(state)  # past a damaged latest one, as training does
     checkpoints.close()
     nnx.update(model, state["params"], state["rest"])
     return task.evaluate_model(config, workdir, model, data, step)

@@ -83,6 +83,7 @@ def _log_train_window(task, config, writer: MetricsWriter, pending: list, done: 
 
 def _exit_interrupted(step: int, stop: interrupts.StopRequest, checkpoints: Checkpoints, writer: MetricsWriter):
     checkpoints.close()  # waits for the asynchronous save to complete
+    writer.mark_preempted()
     writer.close()
     print(f"interrupted at step {step}: checkpoint saved, restart the same command to resume", flush=True)
     raise SystemExit(stop.exit_status())

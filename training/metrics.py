@@ -103,6 +103,12 @@ class MetricsWriter:
                 logged[f"plots/{name}"] = wandb.Image(path)
         self.run.log(logged, step=step)
 
+    def mark_preempted(self) -> None:
+        """Tells W&B the run stopped to be resumed: in a sweep, the agent then requeues it with the same
+        run id, hence the same workdir, where it resumes from its checkpoint."""
+        if self.run is not None:
+            self.run.mark_preempting()
+
     def close(self) -> None:
         if self.run is not None:
             self.run.finish()
