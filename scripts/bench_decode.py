@@ -81,7 +81,6 @@ def measure_length(kinds, layers, length, settings) -> list[dict]:
         started = time.perf_counter()
         compiled = decode_program(graphdef, length, steps).lower(*arguments).compile()
         compile_s = time.perf_counter() - started
-        seconds_per_call(compiled, arguments, 1)  # the first call allocates: not timed
         warmup_s = seconds_per_call(compiled, arguments, 1)
         calls = min(MAX_CALLS_PER_TIMING, max(1, int(TIMING_SECONDS / max(warmup_s, 1e-6))))
         candidates.append({"kind": kind, "program": compiled, "arguments": arguments, "calls": calls,

@@ -66,6 +66,24 @@ def test_output_and_weights_match_dense_reference(name, causal):
                                atol=2e-6)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_softmax_without_a_mask_matches_dense_reference(causal):
+    """No mask takes jax.nn.dot_product_attention's own paths (is_causal when causal): output and grads."""
+    q, k, v, _ = _inputs()
+    allowed = _allowed(np.ones((B, L), bool), L, causal)
+    expected, _ = reference_softmax(q, k, v, allowed)
+    module = _create("softmax")
+    np.testing.assert_allclose(module(q, k, v, causal=causal), expected, atol=2e-5, rtol=2e-5)
+    cotangent = np.random.default_rng(1).normal(size=expected.shape).astype(np.float32)
+    def dense(q, k, v):
+        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(D)
+        weights = jax.nn.softmax(jnp.where(allowed, scores, -jnp.inf), axis=-1)
+        return (jnp.einsum("bhqk,bkhd->bqhd", weights, v) * cotangent).sum()
+    fast = lambda q, k, v: (module(q, k, v, causal=causal) * cotangent).sum()
+    for got, want in zip(jax.grad(fast, (0, 1, 2))(q, k, v), jax.grad(dense, (0, 1, 2))(q, k, v)):
+        np.testing.assert_allclose(got, want, atol=5e-5, rtol=5e-5)
+
+
 @pytest.mark.parametrize("chunk_size", [1, 4, 5, 13, 64])
 def test_causal_linear_is_exact_for_any_chunk_size(chunk_size):
     q, k, v, key_valid = _inputs(seed=1)
