@@ -211,6 +211,10 @@ def test_nonfinite_skip_trains_on_and_counts_skipped_steps(tiny_config, tmp_path
     train = [line for line in _metric_lines(str(tmp_path)) if line["split"] == "train"]
     assert [(line["step"], line["skipped_steps"]) for line in train] == [(5, 2), (10, 0)]
     assert all(np.isfinite(line["loss"]) for line in train)  # over the steps that were applied
+    # The schedule's step counts advanced over the skipped steps: the learning rate logged is the one used.
+    saved = ocp.StandardCheckpointer().restore(os.path.join(tmp_path, "checkpoints", "10", "state"))
+    counts = [leaf for leaf in jax.tree.leaves(saved["opt_state"]) if np.issubdtype(np.asarray(leaf).dtype, np.integer)]
+    assert counts and all(int(count) == 10 for count in counts)
     warnings = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
     assert warnings == ["warning: 2 of the 5 steps up to step 5 had a non-finite loss or gradient "
                         "(first: step 3); their updates were skipped"]

@@ -84,10 +84,11 @@ def make_train_step(graphdef, optimizer, loss_fn, dropout_key, *, compute_dtype:
         updates, opt_state = optimizer.update(grads, state["opt_state"], state["params"])
         grad_norm = optax.global_norm(grads)
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-        # Skipping a non-finite update keeps parameters and optimizer state intact to save. (`rest`
-        # holds RNG state only, which a bad batch cannot corrupt.)
+        # Skipping a non-finite update keeps parameters and optimizer moments intact to save. (`rest`
+        # holds RNG state only, which a bad batch cannot corrupt.) The optimizer's step counts (integers)
+        # advance all the same, so the learning-rate schedule follows the step, as logged.
         params, opt_state = jax.tree.map(
-            lambda new, old: jnp.where(finite, new, old),
+            lambda new, old: jnp.where(finite, new, old) if jnp.issubdtype(new.dtype, jnp.inexact) else new,
             (optax.apply_updates(state["params"], updates), opt_state),
             (state["params"], state["opt_state"]))
         new_state = {"step": state["step"] + 1, "params": params, "rest": rest, "opt_state": opt_state}
