@@ -361,14 +361,15 @@ def plot(result: dict, path: str) -> str:
     return path
 
 
-def write_reports(result: dict, out: str) -> list[str]:
+def write_reports(result: dict, out: str, stem: str = "attention", to_markdown=markdown, to_plot=plot) -> list[str]:
+    """<out>/<stem>.json, .md and .png of a benchmark's result (bench_decode passes its own writers)."""
     os.makedirs(out, exist_ok=True)
-    paths = [os.path.join(out, name) for name in ("attention.json", "attention.md", "attention.png")]
+    paths = [os.path.join(out, f"{stem}.{extension}") for extension in ("json", "md", "png")]
     with open(paths[0], "w") as f:
         json.dump(result, f, indent=1)
     with open(paths[1], "w") as f:
-        f.write(markdown(result))
-    plot(result, paths[2])
+        f.write(to_markdown(result))
+    to_plot(result, paths[2])
     return paths
 
 

@@ -19,7 +19,6 @@ token, tokens/s, and each kind's ratio of per-token time at the largest vs the s
 decode.png (log-log per-token time against L).
 """
 import argparse
-import json
 import os
 import sys
 import time
@@ -34,7 +33,7 @@ from flax import nnx  # noqa: E402
 
 import attention  # noqa: E402
 from scripts.bench_attention import (MAX_CALLS_PER_TIMING, REFERENCE, TIMING_SECONDS, machine,  # noqa: E402
-                                     parse_kinds, parse_lengths, seconds_per_call)
+                                     parse_kinds, parse_lengths, seconds_per_call, write_reports)
 
 DEFAULT_LENGTHS = "128,512,2048,8192"
 QUICK = {"lengths": "16,64", "heads": 2, "head_dim": 16, "steps": 8, "repeats": 2}
@@ -178,17 +177,6 @@ def plot(result: dict, path: str) -> str:
     return path
 
 
-def write_reports(result: dict, out: str) -> list[str]:
-    os.makedirs(out, exist_ok=True)
-    paths = [os.path.join(out, name) for name in ("decode.json", "decode.md", "decode.png")]
-    with open(paths[0], "w") as f:
-        json.dump(result, f, indent=1)
-    with open(paths[1], "w") as f:
-        f.write(markdown(result))
-    plot(result, paths[2])
-    return paths
-
-
 # --- command line ------------------------------------------------------------------------------------------
 
 
@@ -224,7 +212,7 @@ def main(argv=None) -> dict:
     settings = {name: getattr(args, name) for name in
                 ("batch", "heads", "head_dim", "num_features", "steps", "repeats", "seed")}
     result = measure(kinds, lengths, settings)
-    paths = write_reports(result, args.out)
+    paths = write_reports(result, args.out, "decode", markdown, plot)
     print(f"\n{table(result)}\n\n{summary(result)}")
     print(f"{len(result['rows'])} measurements in {result['elapsed_s']:.0f} s; written: {', '.join(paths)}")
     return result
