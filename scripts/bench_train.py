@@ -55,7 +55,7 @@ class Bench:
                                            compute_dtype=config.compute_dtype)
         batch_size = config.per_device_batch_size * jax.local_device_count()
         self.batches = [task.train_batch(config, data, batch_size, step) for step in range(4)]
-        self.tokens = float(np.mean([steps.real_tokens(batch) for batch in self.batches]))
+        self.tokens = float(np.mean([task.input_tokens(batch) for batch in self.batches]))
         compiled = train_step.lower(self.state, self.batches[0]).compile()
         self.flops = _flops(compiled)
         self.step = train_step

@@ -68,7 +68,7 @@ def _log_train_window(task, config, writer: MetricsWriter, pending: list, done: 
     steps_per_sec, eta = progress.update(done)
     # Tokens read per step (skipped steps read theirs too) at the window's pace: also right for a window
     # that a restart cut, whose first steps ran before it.
-    tokens_per_sec = steps_per_sec * float(np.mean([m["real_tokens"] for m in window]))
+    tokens_per_sec = steps_per_sec * float(np.mean([m["input_tokens"] for m in window]))
     metrics = {**task.summarize(sums), "learning_rate": float(learning_rate_schedule(config)(done - 1)),
                "grad_norm": float(np.mean([m["grad_norm"] for m in counted])), "steps_per_sec": steps_per_sec,
                "tokens_per_sec": tokens_per_sec}

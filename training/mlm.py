@@ -105,12 +105,18 @@ def train_batch(config, data: MlmData, batch_size: int, step: int) -> dict:
     return mlm.batch_at_step(data.train, batch_size, config.seed, step, **data.masking)
 
 
+def input_tokens(batch):
+    """The non-padding tokens the model reads: throughput's unit."""
+    return (batch["inputs"] != tokenizer.PAD).sum(dtype=jnp.float32)
+
+
 def metric_sums(model, batch, label_smoothing: float = 0.0):
     """(mean loss over the predicted positions, sums over them)."""
     weights = batch["weights"]
     losses, hits = token_cross_entropy(model(batch["inputs"], batch["positions"]), batch["targets"],
                                        weights, label_smoothing)
-    sums = {"loss": losses.sum(), "predictions": weights.sum(), "correct": (hits * weights).sum()}
+    sums = {"loss": losses.sum(), "predictions": weights.sum(), "correct": (hits * weights).sum(),
+            "input_tokens": input_tokens(batch)}
     return sums["loss"] / jnp.maximum(sums["predictions"], 1.0), sums
 
 

@@ -32,14 +32,6 @@ def init_state(model: nnx.Module, optimizer: optax.GradientTransformation):
 
 
 COMPUTE_DTYPES = ("float32", "bfloat16")  # config.compute_dtype
-# The token ids a step reads, by task; PAD is 0 in both tasks' vocabularies.
-TOKEN_FIELDS = ("source", "decoder_input", "inputs")
-
-
-def real_tokens(batch):
-    """Non-padding tokens a step reads: source + decoder input for translation, inputs for MLM. A float32
-    sum on device inside the step, or on the host for numpy batches."""
-    return sum((batch[name] != 0).sum(dtype=jnp.float32) for name in TOKEN_FIELDS if name in batch)
 
 
 def _in_compute_dtype(params, compute_dtype: str):
@@ -92,8 +84,7 @@ def make_train_step(graphdef, optimizer, loss_fn, dropout_key, *, compute_dtype:
             (optax.apply_updates(state["params"], updates), opt_state),
             (state["params"], state["opt_state"]))
         new_state = {"step": state["step"] + 1, "params": params, "rest": rest, "opt_state": opt_state}
-        metrics = {**sums, "grad_norm": grad_norm, "finite": finite, "real_tokens": real_tokens(batch)}
-        return new_state, metrics
+        return new_state, {**sums, "grad_norm": grad_norm, "finite": finite}
 
     if shardings is None:
         return jax.jit(train_step, donate_argnums=0)

@@ -3,7 +3,8 @@
   prepare_data(config, workdir) -> data        with `data.train` and `data.validation` arrays
   create_model(config, data) -> model          with `attention_layers()`
   train_batch(config, data, batch_size, step)  the batch at a step, a function of (seed, step)
-  metric_sums(model, batch, label_smoothing)   (mean loss, sums that add over batches)
+  metric_sums(model, batch, label_smoothing)   (mean loss, sums that add over batches, `input_tokens` among
+                                               them: input_tokens(batch), the throughput's count)
   summarize(sums) -> metrics                   PROGRESS_METRIC names the one on the progress line
   evaluate_model(config, workdir, model, data, step) -> eval.json's content, written
 """

@@ -87,6 +87,11 @@ def train_batch(config, data: TranslationData, batch_size: int, step: int) -> di
     return pipeline.batch_at_step(data.train, batch_size, config.seed, step)
 
 
+def input_tokens(batch):
+    """The non-padding tokens the model reads (source and decoder input): throughput's unit."""
+    return sum((batch[name] != Vocabulary.PAD).sum(dtype=jnp.float32) for name in ("source", "decoder_input"))
+
+
 def metric_sums(model, batch, label_smoothing: float = 0.0):
     """(mean training loss, sums over the batch's target tokens and sequences).
 
@@ -106,6 +111,7 @@ def metric_sums(model, batch, label_smoothing: float = 0.0):
         "correct_tokens": (correct * weights).sum(),
         "exact_sequences": (jnp.all(correct, -1) * real_rows).sum(),
         "sequences": real_rows.sum(),
+        "input_tokens": input_tokens(batch),
     }
     return sums["loss"] / jnp.maximum(sums["tokens"], 1.0), sums
 
