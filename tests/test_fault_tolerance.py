@@ -176,6 +176,23 @@ def test_when_no_checkpoint_restores_the_error_says_so_and_moves_nothing(straigh
     assert sorted(os.listdir(checkpoints)) == ["14", "20"]
 
 
+def test_metadata_is_saved_as_it_was_when_save_was_called(tmp_path, monkeypatch):
+    """The loop keeps appending step metrics to the window list it has just saved, while Orbax writes the
+    JSON later in its own thread: what Orbax is handed must not change with the caller's list."""
+    handed = []
+    json_save = ocp.args.JsonSave
+    monkeypatch.setattr(ocp.args, "JsonSave", lambda item: handed.append(item) or json_save(item))
+    checkpoints = Checkpoints(str(tmp_path))
+    window = [{"loss": 1.0}]
+    checkpoints.save(1, {"x": jax.numpy.arange(4.0)}, {"window": window})
+    window.append({"loss": jax.numpy.float32(2.0)})  # not JSON: a device array, as the loop appends
+    checkpoints.close()
+    assert handed == [{"window": [{"loss": 1.0}]}]
+    checkpoints = Checkpoints(str(tmp_path))
+    assert checkpoints.restore(1, {"x": jax.numpy.arange(4.0)})[1] == {"window": [{"loss": 1.0}]}
+    checkpoints.close()
+
+
 def test_a_save_cut_short_is_not_a_checkpoint(straight, tmp_path):
     _, reference = straight
     checkpoints = str(tmp_path / "checkpoints")

@@ -3,6 +3,7 @@
 A save cut short (a crash, SIGKILL) never shows as a checkpoint: Orbax writes a step into
 `<step>.orbax-checkpoint-tmp` and renames it to `<step>` once complete, and lists only the latter.
 """
+import json
 import os
 import time
 
@@ -31,6 +32,10 @@ class Checkpoints:
         return self.manager.latest_step()
 
     def save(self, step: int, state, metadata: dict) -> None:
+        """Saves in the background. `metadata` is copied as JSON now: Orbax would serialise the caller's
+        objects later, in its thread, after the training loop may have changed them (a list it appends
+        device arrays to fails there, one save late)."""
+        metadata = json.loads(json.dumps(metadata))
         self.manager.save(step, args=ocp.args.Composite(
             state=ocp.args.StandardSave(state), metadata=ocp.args.JsonSave(metadata)))
 
