@@ -6,10 +6,13 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib import ticker  # noqa: E402
 import numpy as np  # noqa: E402
 
 MAX_LABELLED_TOKENS = 40
 PANEL_INCHES = 2.6
+# tab10's colours, then their light shades: a study's plot can draw more than 10 series.
+COLORS = plt.cm.tab20.colors[::2] + plt.cm.tab20.colors[1::2]
 
 
 def _save(fig, path: str) -> str:
@@ -17,6 +20,20 @@ def _save(fig, path: str) -> str:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def counts_log_x(ax) -> None:
+    """A log x axis labelled with plain numbers at 1, 2, 5 x 10^k: feature dims and state sizes read as
+    counts, not as powers of ten."""
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(ticker.LogLocator(subs=(1, 2, 5)))
+    ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda value, _: f"{value:,.0f}"))
+    ax.minorticks_off()
+
+
+def legend_outside(ax) -> None:
+    """Right of the axes: with a dozen runs, a legend inside hides data."""
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
 
 
 def _tick_labels(tokens: list[str], size: int, role: str, axis: str) -> list[str] | None:

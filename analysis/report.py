@@ -5,30 +5,31 @@ tables list the runs; `spectra` maps a run name to one seed's spectra.json,
 {role: [[s_i / s_1 of layer 0, descending], [layer 1], ...]}.
 """
 import itertools
+import json
 import os
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib import ticker  # noqa: E402
 import numpy as np  # noqa: E402
 
-from analysis import plots  # noqa: E402
+from analysis import plots, recall_report, stats  # noqa: E402
 
 # The role whose ranks a run reports: the bidirectional self-attention, where a kernelised kind's rank is
-# bounded by its features; for a model without one (the RNN), its cross-attention, bounded alike.
-ROLES = ("encoder_self", "cross")
+# bounded by its features; for a model without one, its cross-attention (the RNN), bounded alike, or its
+# causal self-attention (the causal recall model).
+ROLES = ("encoder_self", "cross", "decoder_self")
 # Per task, the metrics of the accuracy table; the first is the headline, with its std over seeds.
 METRICS = {
     "mlm": ("masked_accuracy", "loss", "perplexity"),
     "translation": ("exact_match", "token_accuracy", "bleu", "loss"),
+    "recall": ("query_accuracy", "loss"),
 }
 FEATURE_DIM_PLOT = "accuracy_vs_feature_dim.png"
 EFFECTIVE_RANK_PLOT = "accuracy_vs_effective_rank.png"
 SPECTRA_PLOT = "spectra.png"
-# tab10's colours, then their light shades: the kinds preset draws more than 10 series in a plot.
-COLORS = plt.cm.tab20.colors[::2] + plt.cm.tab20.colors[1::2]
+RESULTS_JSON = "results.json"
 
 
 def _metrics(task: str) -> tuple[str, ...]:
@@ -37,13 +38,13 @@ def _metrics(task: str) -> tuple[str, ...]:
     return METRICS[task]
 
 
-def mean_std(values: list[float]) -> tuple[float, float | None]:
-    """Mean and sample std (ddof=1); no std from a single value."""
-    return float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) >= 2 else None
-
-
 def _headline(task: str, evals: list[dict]) -> tuple[float, float | None]:
-    return mean_std([result["metrics"][_metrics(task)[0]] for result in evals])
+    return stats.mean_std([result["metrics"][_metrics(task)[0]] for result in evals])
+
+
+def validation_score(task: str, evals: list[dict]) -> float:
+    """The headline metric on the validation split (compare.py's results carry it), mean over seeds."""
+    return float(np.mean([result["validation"][_metrics(task)[0]] for result in evals]))
 
 
 def _role(attention: dict) -> str:
@@ -78,7 +79,10 @@ def _dash_if_none(value) -> str:
 
 
 def accuracy_table(task: str, results: dict[str, list[dict]]) -> str:
-    """Test metrics per run: the headline as mean ± std over seeds ("-": one seed), the others as means."""
+    """Test metrics per run: the headline as mean ± std over seeds ("-": one seed), the others as means
+    (recall's runs: recall_report.accuracy_table)."""
+    if task == "recall":
+        return recall_report.accuracy_table(results)
     headline, *others = _metrics(task)
     lines = [
         f"| run | kind | feature dim | seeds | {headline} (mean ± std) | " + " | ".join(others) + " |",
@@ -152,7 +156,7 @@ def plot_accuracy_vs_feature_dim(task: str, results: dict[str, list[dict]], path
     """Headline metric against feature dim, one line per bounded kind; unbounded runs as dashed levels."""
     fig, ax = plt.subplots(figsize=(7.5, 4), layout="constrained")
     by_kind: dict[str, list[tuple[int, float, float]]] = {}
-    colors = itertools.cycle(COLORS)  # explicit: axhline does not advance the axes' colour cycle
+    colors = itertools.cycle(plots.COLORS)  # explicit: axhline does not advance the axes' colour cycle
     for name, evals in results.items():
         mean, std = _headline(task, evals)
         bound = _rank_bound(evals)
@@ -167,26 +171,17 @@ def plot_accuracy_vs_feature_dim(task: str, results: dict[str, list[dict]], path
         dims, means, stds = zip(*sorted(points))
         ax.errorbar(dims, means, yerr=stds, color=next(colors), marker="o", capsize=3, label=kind)
     if by_kind:  # a log axis needs positive data to place its limits
-        ax.set_xscale("log")
-        # Plain numbers at 1, 2, 5 x 10^k: feature dims read as counts, not as powers of ten.
-        ax.xaxis.set_major_locator(ticker.LogLocator(subs=(1, 2, 5)))
-        ax.xaxis.set_major_formatter(ticker.ScalarFormatter())
-        ax.minorticks_off()
+        plots.counts_log_x(ax)
     ax.set_xlabel("feature dim (rank bound)")
     ax.set_ylabel(_metrics(task)[0])
-    _legend_outside(ax)
+    plots.legend_outside(ax)
     return plots._save(fig, path)
-
-
-def _legend_outside(ax) -> None:
-    """Right of the axes: with a dozen runs, a legend inside hides data."""
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
 
 
 def plot_accuracy_vs_effective_rank(task: str, results: dict[str, list[dict]], path: str) -> str:
     """Headline metric against the mean effective rank of the reported role, one labelled point per run."""
     fig, ax = plt.subplots(figsize=(7.5, 4), layout="constrained")
-    ax.set_prop_cycle(color=COLORS)
+    ax.set_prop_cycle(color=plots.COLORS)
     for name, evals in results.items():
         if not _rank_rows(evals):
             continue
@@ -203,7 +198,7 @@ def plot_spectra_by_run(results: dict[str, list[dict]], spectra: dict[str, dict]
     """Layer-0 spectrum of the reported role of every run in `spectra`, log scale, a dotted line at each
     rank bound below the spectra's length (a bound at or above the sequence length cannot bind)."""
     fig, ax = plt.subplots(figsize=(7.5, 4), layout="constrained")
-    ax.set_prop_cycle(color=COLORS)
+    ax.set_prop_cycle(color=plots.COLORS)
     length = 0
     for name, spectrum in spectra.items():
         values = np.asarray(spectrum[_role(spectrum)][0])
@@ -217,21 +212,13 @@ def plot_spectra_by_run(results: dict[str, list[dict]], spectra: dict[str, dict]
     ax.set_yscale("log")
     ax.set_xlabel("singular value index")
     ax.set_ylabel(r"$\sigma_i / \sigma_1$ (layer 0)")
-    _legend_outside(ax)
+    plots.legend_outside(ax)
     return plots._save(fig, path)
 
 
-def write_report(
-    task: str,
-    preset: str,
-    command: str,
-    results: dict[str, list[dict]],
-    spectra: dict[str, dict],
-    out_dir: str,
-    head_dim: int | None = None,
-) -> str:
-    """Writes out_dir/report.md and its PNG plots; returns the report's path."""
-    os.makedirs(out_dir, exist_ok=True)
+def _rank_study_sections(task: str, results: dict[str, list[dict]], spectra: dict[str, dict], out_dir: str,
+                         head_dim: int | None) -> list[str]:
+    """Tables and plots of a study of accuracy against feature dim and rank (MLM, translation)."""
     plot_accuracy_vs_feature_dim(task, results, os.path.join(out_dir, FEATURE_DIM_PLOT))
     plot_accuracy_vs_effective_rank(task, results, os.path.join(out_dir, EFFECTIVE_RANK_PLOT))
     images = [(f"{_metrics(task)[0]} against feature dim", FEATURE_DIM_PLOT),
@@ -239,9 +226,7 @@ def write_report(
     if spectra:
         plot_spectra_by_run(results, spectra, os.path.join(out_dir, SPECTRA_PLOT))
         images.append(("layer-0 singular values", SPECTRA_PLOT))
-    sections = [
-        f"# {task} comparison, preset {preset}",
-        f"Produced by\n\n```\n{command}\n```",
+    return [
         "## Test metrics\n\nFeature dim: the rank bound of the encoder self-attention (of the cross-attention "
         "for a model without one, the RNN; \"-\": none). "
         "Std over seeds with ddof=1 (\"-\": one seed); the other metrics are means over seeds.",
@@ -255,6 +240,27 @@ def write_report(
         "## Plots",
         *(f"![{title}]({file})" for title, file in images),
     ]
+
+
+def write_report(
+    task: str,
+    preset: str,
+    command: str,
+    results: dict[str, list[dict]],
+    spectra: dict[str, dict],
+    out_dir: str,
+    head_dim: int | None = None,
+) -> str:
+    """Writes out_dir/report.md, its PNG plots and results.json (every run's per-seed results, the numbers
+    behind the tables); returns the report's path."""
+    os.makedirs(out_dir, exist_ok=True)
+    if task == "recall":
+        body = recall_report.sections(results, out_dir)
+    else:
+        body = _rank_study_sections(task, results, spectra, out_dir, head_dim)
+    sections = [f"# {task} comparison, preset {preset}", f"Produced by\n\n```\n{command}\n```", *body]
+    with open(os.path.join(out_dir, RESULTS_JSON), "w") as f:
+        json.dump(results, f, indent=1)
     path = os.path.join(out_dir, "report.md")
     with open(path, "w") as f:
         f.write("\n\n".join(section for section in sections if section) + "\n")

@@ -133,9 +133,15 @@ class KernelizedAttention(nnx.Module):
         phi_q, query_stabiliser = self.query_features(q, jnp.atleast_1d(index), max_len)
         return attend_state(phi_q, state, self._eps(query_stabiliser + key_stabiliser))
 
-    def init_cache(self, batch: int, max_len: int, num_heads: int, head_dim: int, dtype=jnp.float32):
+    def state_size(self, key_dim: int, value_dim: int, seq_len: int, causal: bool) -> int:
+        """m x Dv numbers per head, S = sum phi(k) v^T (its normaliser column aside), at any length:
+        the fixed state that bounds what the kind can recall."""
+        return self.feature_dim * value_dim
+
+    def init_cache(self, batch: int, max_len: int, num_heads: int, key_dim: int, value_dim: int,
+                   dtype=jnp.float32):
         """S [B, H, m, Dv + 1] and the keys' running stabiliser [B, 1, H, 1] (-inf: no key yet)."""
-        return {"state": jnp.zeros((batch, num_heads, self.feature_dim, head_dim + 1), dtype),
+        return {"state": jnp.zeros((batch, num_heads, self.feature_dim, value_dim + 1), dtype),
                 "stabiliser": jnp.full((batch, 1, num_heads, 1), -jnp.inf, jnp.float32)}
 
     def decode_step(self, q, k, v, cache, index, max_len: int, key_valid):

@@ -44,6 +44,10 @@ class LocalAttention(SoftmaxAttention):
         super().__init__(num_heads=num_heads, head_dim=head_dim, rngs=rngs, dropout_rate=dropout_rate)
         self.window = window
 
+    def keys_seen(self, seq_len: int, causal: bool) -> int:
+        """The window: the `window` keys before a query and itself, or those after it too."""
+        return min(seq_len, (1 if causal else 2) * self.window + 1)
+
     def allowed(self, q, k, mask, causal, rows=None):
         positions, query_length = (None, q.shape[1]) if rows is None else rows
         band = window_band(query_length, k.shape[1], self.window, positions)

@@ -8,17 +8,23 @@ DECODING_METHODS = ("init_cache", "decode_step", "init_memory", "attend_memory")
 
 
 class MultiHeadAttention(nnx.Module):
+    """Projections of the inputs to `num_heads` heads, any registered kind over them, and the output
+    projection. Values have d_model / num_heads features per head; queries and keys have `qk_head_dim`
+    (None: the same), so that a kernelised kind's feature map acts on a width d' of its own (Based's
+    design): its feature dimension, hence its rank bound and state, can be swept at a fixed model width."""
+
     def __init__(self, kind: str, *, d_model: int, num_heads: int, rngs: nnx.Rngs,
-                 kind_options: dict | None = None):
+                 kind_options: dict | None = None, qk_head_dim: int | None = None):
         if d_model % num_heads:
             raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
         self.num_heads = num_heads
-        self.head_dim = d_model // num_heads
-        self.query = nnx.Linear(d_model, d_model, rngs=rngs)
-        self.key = nnx.Linear(d_model, d_model, rngs=rngs)
+        self.head_dim = d_model // num_heads  # of the values
+        self.qk_head_dim = qk_head_dim or self.head_dim
+        self.query = nnx.Linear(d_model, num_heads * self.qk_head_dim, rngs=rngs)
+        self.key = nnx.Linear(d_model, num_heads * self.qk_head_dim, rngs=rngs)
         self.value = nnx.Linear(d_model, d_model, rngs=rngs)
         self.output = nnx.Linear(d_model, d_model, rngs=rngs)
-        self.attention = registry.create(kind, num_heads=num_heads, head_dim=self.head_dim, rngs=rngs,
+        self.attention = registry.create(kind, num_heads=num_heads, head_dim=self.qk_head_dim, rngs=rngs,
                                          **(kind_options or {}))
         self.kind = kind
         # When set, each call also sows its explicit [B, H, Lq, Lk] weights (for rank analysis).
@@ -28,8 +34,12 @@ class MultiHeadAttention(nnx.Module):
     def feature_dim(self):
         return self.attention.feature_dim
 
+    def state_size(self, seq_len: int, causal: bool) -> int:
+        """Numbers one head keeps to attend over `seq_len` positions (see the kinds' `state_size`)."""
+        return self.attention.state_size(self.qk_head_dim, self.head_dim, seq_len, causal)
+
     def _heads(self, x):
-        return x.reshape(x.shape[:-1] + (self.num_heads, self.head_dim))
+        return x.reshape(x.shape[:-1] + (self.num_heads, -1))
 
     def __call__(self, inputs_q, inputs_kv, mask=None, *, causal=False):
         q = self._heads(self.query(inputs_q))
@@ -54,7 +64,8 @@ class MultiHeadAttention(nnx.Module):
 
     def init_cache(self, batch: int, max_len: int, dtype=jnp.float32):
         """The empty cache of a causal self-attention decoding up to `max_len` positions."""
-        return self._decoding_kind().init_cache(batch, max_len, self.num_heads, self.head_dim, dtype)
+        return self._decoding_kind().init_cache(batch, max_len, self.num_heads, self.qk_head_dim, self.head_dim,
+                                                dtype)
 
     def decode_step(self, inputs, cache, index, max_len: int, valid):
         """Causal self-attention of the input at position `index` ([B, 1, d_model]; valid [B] False

@@ -65,10 +65,22 @@ class ScoreAttention(nnx.Module):
 
     # --- incremental decoding: the cache holds every key and value so far -----------------------------
 
-    def init_cache(self, batch: int, max_len: int, num_heads: int, head_dim: int, dtype=jnp.float32):
-        """Keys and values [B, max_len, H, D] and which positions hold a real (non-padding) key."""
-        zeros = jnp.zeros((batch, max_len, num_heads, head_dim), dtype)
-        return {"key": zeros, "value": zeros, "valid": jnp.zeros((batch, max_len), bool)}
+    def state_size(self, key_dim: int, value_dim: int, seq_len: int, causal: bool) -> int:
+        """Numbers a head keeps to attend over `seq_len` positions: every key and value (a decoding
+        step's cache), so it grows with the length; `causal` matters only to kinds that see fewer keys."""
+        return self.keys_seen(seq_len, causal) * (key_dim + value_dim)
+
+    def keys_seen(self, seq_len: int, causal: bool) -> int:
+        """How many keys one query can attend to at most."""
+        return seq_len
+
+    def init_cache(self, batch: int, max_len: int, num_heads: int, key_dim: int, value_dim: int,
+                   dtype=jnp.float32):
+        """Keys [B, max_len, H, Dk], values [B, max_len, H, Dv] and which positions hold a real
+        (non-padding) key."""
+        return {"key": jnp.zeros((batch, max_len, num_heads, key_dim), dtype),
+                "value": jnp.zeros((batch, max_len, num_heads, value_dim), dtype),
+                "valid": jnp.zeros((batch, max_len), bool)}
 
     def decode_step(self, q, k, v, cache, index, max_len: int, key_valid):
         """Causal self-attention of position `index` (q, k, v [B, 1, H, D], key_valid [B]) over the

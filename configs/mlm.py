@@ -5,6 +5,7 @@ built locally as a TFDS dataset, with a SentencePiece vocabulary trained on its 
 
 Presets in the argument, comma separated:
   attention=<kind>   the encoder's self-attention kind (see `attention.names()`)
+  corpus=<name>      the pydoc corpus: stdlib (the default) or scientific (the pinned packages' docstrings)
   quick              the study's budget on a 2-core CPU (scripts/compare.py --preset=quick)
   tiny               a seconds-long run for tests and smoke checks
 e.g. `--config=configs/mlm.py:attention=performer`.
@@ -39,12 +40,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.model.mlp_dim = 256
     config.model.dropout_rate = 0.0
     config.model.positions = "sinusoidal"  # or "learned"
+    config.model.qk_head_dim = 0  # width of each head's queries and keys; 0: d_model / num_heads
+    config.model.conv_kernel = 0  # a causal depthwise convolution before each encoder self-attention; 0: none
     config.model.tied_embeddings = True  # MLM head output = token embedding^T (+ a bias)
 
     config.attention = common.attention_config()
 
     config.dataset = ml_collections.ConfigDict()
     config.dataset.name = "pydoc"  # "pydoc" (built locally), "tfds" (tfds_name) or "text_files"
+    # pydoc: "stdlib" (Python's own docstrings) or "scientific" (the pinned packages' docstrings, ~6x larger)
+    config.dataset.corpus = "stdlib"
     config.dataset.split = "test"  # the split eval.json reports
     config.dataset.validation_split = "validation"  # periodic evaluation during training
     config.dataset.train_split = "train"
@@ -70,8 +75,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     common.add_device_fields(config)
     config.wandb = common.wandb_config()
 
-    presets.apply(config, arg, {"attention": common.set_attention, "quick": _set_quick, "tiny": _set_tiny})
+    presets.apply(config, arg, {"attention": common.set_attention, "corpus": _set_corpus, "quick": _set_quick,
+                                "tiny": _set_tiny})
     return config
+
+
+def _set_corpus(config, name):
+    config.dataset.name = "pydoc"
+    config.dataset.corpus = name
 
 
 def _set_quick(config, _):

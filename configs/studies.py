@@ -12,6 +12,9 @@ import attention
 class Run:
     name: str  # its directory and its row in the report
     overrides: dict
+    # Runs sharing a non-empty group are alternatives (e.g. learning rates): the report keeps the one whose
+    # validation headline metric, mean over seeds, is best, under the group's name. Test data never decides.
+    group: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +53,14 @@ def _mlm_full() -> Study:
     return Study("configs/mlm.py", {}, runs, seeds=3)
 
 
+def _mlm_long() -> Study:
+    """The full grid on the scientific corpus (1.8M words) at sequence length 512, for an accelerator: the
+    bounds of elu+1 (head_dim 32) and of Performer's smaller m sit far below the length, and the corpus
+    takes about 210 steps of 32 sequences per epoch instead of the stdlib's 30."""
+    runs = _rank_bound_grid((32, 128, 512), local_window=64) + [_run("relu"), _run("hedgehog"), _run("cosformer")]
+    return Study("configs/mlm.py:corpus=scientific", {"dataset.seq_len": 512}, runs, seeds=3)
+
+
 def _rnn_runs() -> list[Run]:
     """The recurrent baseline with Luong's kinds of attention (one head), and without attention."""
     rnn = {"model.name": "rnn", "model.num_heads": 1}
@@ -86,10 +97,84 @@ def _translation_splits() -> Study:
     return Study("configs/translation.py", {}, runs, seeds=1)
 
 
+_OPTION_LETTERS = {"num_features": "m", "window": "w"}  # in run names: performer_m64_N16, local_w8_N16
+
+
+def _recall_run(kind: str, pairs: int, qk_head_dim: int = 0, **options) -> Run:
+    """A recall run of `kind` on N = `pairs` key-value pairs; `qk_head_dim` d' (0: the head's width) sets
+    a kernelised kind's feature dim, e.g. elu+1's m = d', Taylor's m = C(d' + 2, 2)."""
+    width = f"_d{qk_head_dim}" if qk_head_dim else ""
+    extra = "".join(f"_{_OPTION_LETTERS.get(key, key)}{value}" for key, value in options.items())
+    overrides = {"attention.name": kind, "dataset.num_kv_pairs": pairs, "model.qk_head_dim": qk_head_dim,
+                 **{f"attention.{key}": value for key, value in options.items()}}
+    return Run(f"{kind}{width}{extra}_N{pairs}", overrides)
+
+
+def _recall_quick() -> Study:
+    """Causal MQAR at L = 64: softmax, elu+1 at d' = 16 (m = 16) and Taylor at d' = 4 (m = 15, the same
+    state) against N, and both kinds' feature width at N = 16, where a feature dim below N must fail."""
+    pairs = (4, 8, 16)
+    runs = [_recall_run(kind, n, width) for n in pairs for kind, width in
+            (("softmax", 0), ("linear", 16), ("taylor", 4))]
+    runs += [_recall_run("linear", 16, width) for width in (4, 64)]
+    runs += [_recall_run("taylor", 16, width) for width in (2, 8)]
+    return Study("configs/recall.py:quick", {}, runs, seeds=3)
+
+
+def _recall_bidirectional() -> Study:
+    """The quick grid in the bidirectional form, where a kernelised kind's rank bound applies directly."""
+    return dataclasses.replace(_recall_quick(), config="configs/recall.py:quick,form=bidirectional")
+
+
+def _recall_kinds() -> Study:
+    """Every kernelised kind of Hedgehog's Table 2 and the rest of the zoo at N = 16, L = 64: Taylor and
+    exp_limit at d' = 16 (m = 153, as Based), the others at the head's width 64 (Performer with m = 64)."""
+    runs = [_recall_run("softmax", 16), _recall_run("linear", 16), _recall_run("relu", 16),
+            _recall_run("performer", 16, num_features=64), _recall_run("taylor", 16, 16),
+            _recall_run("exp_limit", 16, 16), _recall_run("cosformer", 16), _recall_run("hedgehog", 16),
+            _recall_run("local", 16, window=8)]
+    return Study("configs/recall.py:quick", {}, runs, seeds=2)
+
+
+def _recall_anchors() -> Study:
+    """Softmax at Zoology's Figure 2 sizes, d_model 64, V = 8,192: (L, N) = (64, 4), (128, 8), (256, 16)."""
+    runs = [Run(f"softmax_L{length}_N{pairs}", {"dataset.seq_len": length, "dataset.num_kv_pairs": pairs})
+            for length, pairs in ((64, 4), (128, 8), (256, 16))]
+    return Study("configs/recall.py", {}, runs, seeds=1)
+
+
+# The full recall grid's points on the feature-width axis: (kind, d', kind options). d' sets the feature dim
+# m of most kernelised kinds (elu+1, relu: m = d'; cosformer, hedgehog: 2 d'; taylor, exp_limit:
+# C(d' + 2, 2) = 15, 45, 153); Performer's m is its own option, local attention's state its window.
+_RECALL_WIDTHS = (
+    [("softmax", 0, {})]
+    + [(kind, width, {}) for kind in ("linear", "relu") for width in (8, 16, 32, 64)]
+    + [(kind, width, {}) for kind in ("cosformer", "hedgehog") for width in (8, 16, 32)]
+    + [(kind, width, {}) for kind in ("taylor", "exp_limit") for width in (4, 8, 16)]
+    + [("performer", 0, {"num_features": m}) for m in (16, 64, 256)]
+    + [("local", 0, {"window": window}) for window in (8, 32)]
+)
+_LEARNING_RATES = (1e-3, 3e-3, 1e-2)
+
+
+def _recall_full() -> Study:
+    """Every kind x N x feature width x learning rate, 3 seeds, at L = 256 and V = 8,192 (Zoology's); each
+    (kind, N, width) keeps the learning rate of the best mean validation accuracy (Run.group)."""
+    runs = []
+    for pairs in (4, 8, 16, 32, 64):
+        for kind, width, options in _RECALL_WIDTHS:
+            base = _recall_run(kind, pairs, width, **options)
+            runs += [Run(f"{base.name}_lr{rate:g}", {**base.overrides, "learning_rate": rate}, group=base.name)
+                     for rate in _LEARNING_RATES]
+    return Study("configs/recall.py:full", {}, runs, seeds=3)
+
+
 _STUDIES = {
-    "mlm": {"quick": _mlm_quick, "full": _mlm_full},
+    "mlm": {"quick": _mlm_quick, "full": _mlm_full, "long": _mlm_long},
     "translation": {"quick": _translation_quick, "full": _translation_full, "kinds": _translation_kinds,
                     "splits": _translation_splits},
+    "recall": {"quick": _recall_quick, "bidirectional": _recall_bidirectional, "kinds": _recall_kinds,
+               "anchors": _recall_anchors, "full": _recall_full},
 }
 
 

@@ -38,6 +38,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.model.mlp_dim = 256
     config.model.dropout_rate = 0.0  # SCAN simple is noiseless and in-distribution: 0.1 only slowed it
     config.model.positions = "sinusoidal"  # or "learned"
+    config.model.qk_head_dim = 0  # width of each head's queries and keys; 0: d_model / num_heads
+    config.model.conv_kernel = 0  # a causal depthwise convolution before each encoder self-attention; 0: none
     config.model.tied_embeddings = True  # output projection = target embedding^T
     config.model.cell = "lstm"  # rnn: lstm or gru (d_model is the hidden size; mlp_dim, positions unused)
     config.model.bidirectional = True  # rnn: a bidirectional encoder

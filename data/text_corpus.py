@@ -1,11 +1,16 @@
-"""English text for masked language modelling, assembled from documentation that ships with Python.
+"""English text for masked language modelling, assembled from documentation that is already installed.
 
-Every Python installation carries the docstrings of its standard library and the pydoc help topics, so
-the corpus needs no download. Its content depends on the Python version that builds it.
+Two corpora (CORPORA), neither needing a download:
+  stdlib      every Python installation carries the docstrings of its standard library and the pydoc help
+              topics; the content depends on the Python version that builds it.
+  scientific  the docstrings of the packages requirements.txt installs (SCIENTIFIC_PACKAGES), ~6x larger;
+              the content depends on their versions, which requirements.txt pins exactly.
 """
 
 import ast
+import dataclasses
 import hashlib
+import importlib.util
 import os
 import sys
 import sysconfig
@@ -16,6 +21,14 @@ import pydoc_data.topics
 import tensorflow_datasets as tfds
 
 SPLITS = ("train", "validation", "test")
+CORPORA = ("stdlib", "scientific")
+# The import names of every distribution requirements.txt pins, plus scipy (jax's numerical routines) and
+# mpl_toolkits (inside matplotlib's wheel). Fixed, not read from requirements.txt: a pin added for a tool
+# should not change the corpus. In sorted order, which decides the module that keeps a repeated docstring.
+SCIENTIFIC_PACKAGES = (
+    "_pytest", "absl", "array_record", "etils", "flax", "importlib_resources", "jax", "jaxlib", "matplotlib",
+    "ml_collections", "mpl_toolkits", "numpy", "optax", "orbax", "pytest", "sacrebleu", "scipy",
+    "sentencepiece", "tensorflow_datasets", "wandb", "xdist", "yaml")
 _SKIPPED_DIRECTORIES = {"site-packages", "test", "tests", "idle_test", "__pycache__"}
 _MIN_WORDS = 3  # shorter docstrings ("Return self.", "Constructor.") are boilerplate, not prose
 _DOCUMENTED_NODES = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
@@ -25,15 +38,15 @@ _PYTHON = "{}.{}".format(*sys.version_info[:2])
 Documents = list[tuple[str, str]]
 
 
-def collect_documents() -> Documents:
-    """(name, text) of every stdlib module and pydoc topic with documentation, sorted by name.
+def collect_documents(corpus: str = "stdlib") -> Documents:
+    """(name, text) of every module (and, for stdlib, pydoc topic) with documentation, sorted by name.
 
     A docstring that already appeared earlier (modules in sorted path order, then topics) is dropped, so
     inherited or copied documentation does not repeat across documents and splits.
     """
     seen: set[str] = set()
     documents = []
-    for name, docstrings in [*_module_docstrings(), *_topic_docstrings()]:
+    for name, docstrings in _sources(corpus):
         fresh = [text for text in docstrings if _is_new_prose(text, seen)]
         if fresh:
             documents.append((name, "\n\n".join(fresh)))
@@ -47,11 +60,39 @@ def _is_new_prose(text: str, seen: set[str]) -> bool:
     return True
 
 
-def _module_docstrings():
-    """(dotted module name, its docstrings in source order) in sorted path order."""
-    root = Path(sysconfig.get_paths()["stdlib"])
+def _sources(corpus: str):
+    """(document name, docstrings) in the order that decides which copy of a repeated docstring stays."""
+    _check_corpus(corpus)
+    if corpus == "stdlib":
+        stdlib = Path(sysconfig.get_paths()["stdlib"])
+        return [*_module_docstrings(stdlib, stdlib), *_topic_docstrings()]
+    return [source for package in SCIENTIFIC_PACKAGES for source in _package_docstrings(package)]
+
+
+def _check_corpus(corpus: str) -> None:
+    if corpus not in CORPORA:
+        raise ValueError(f"corpus={corpus!r} is not a pydoc corpus; choose one of: {', '.join(CORPORA)}")
+
+
+def _package_docstrings(package: str):
+    """The modules of an installed top-level package, named from the directory that holds it.
+
+    find_spec of a top-level name locates the package without executing it; a namespace package (orbax,
+    mpl_toolkits) may span several directories.
+    """
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.submodule_search_locations is None:
+        raise ModuleNotFoundError(f"{package!r} is no installed package; the scientific corpus reads the "
+                                  f"packages requirements.txt installs")
+    for location in sorted(spec.submodule_search_locations):
+        yield from _module_docstrings(Path(location), Path(location).parent)
+
+
+def _module_docstrings(root: Path, base: Path):
+    """(dotted module name relative to base, its docstrings in source order) of the modules under root, in
+    sorted path order."""
     for path in _module_paths(root):
-        name = _module_name(path.relative_to(root))
+        name = _module_name(path.relative_to(base))
         docstrings = _docstrings(path)
         if name is not None and docstrings is not None:
             yield name, docstrings
@@ -114,28 +155,47 @@ def split_of(name: str) -> str:
     return "train" if bucket < 18 else "validation" if bucket == 18 else "test"
 
 
+@dataclasses.dataclass(eq=False)
+class CorpusConfig(tfds.core.BuilderConfig):
+    corpus: str = "stdlib"  # one of CORPORA
+
+
+_DESCRIPTIONS = {
+    "stdlib": (
+        f"English documentation of Python {sys.version_info[:2]}: docstrings of its standard-library "
+        "modules, classes and functions and its pydoc help topics, deduplicated, one document per "
+        "module or topic. Built from the running Python, so the content depends on its version."
+    ),
+    "scientific": (
+        f"English documentation of the Python packages {', '.join(SCIENTIFIC_PACKAGES)}: docstrings of "
+        "their modules, classes and functions, deduplicated, one document per module, tests excluded. Built "
+        "from the installed packages, so the content depends on their versions (pinned by requirements.txt)."
+    ),
+}
+
+
 class PydocCorpus(tfds.core.GeneratorBasedBuilder, skip_registration=True):
-    """Standard-library docstrings and pydoc topics of the running Python, one example per document."""
+    """Installed documentation, one example per document; one config per corpus (the default: stdlib)."""
 
     VERSION = tfds.core.Version("1.0.0")
     RELEASE_NOTES = {"1.0.0": "Docstrings of stdlib modules and pydoc topics, deduplicated."}
-    # The content follows the Python version; one config per version keeps their files apart.
-    BUILDER_CONFIGS = [tfds.core.BuilderConfig(name=f"python{_PYTHON}")]
+    # The stdlib's content follows the Python version; one config per version keeps their files apart.
+    BUILDER_CONFIGS = [
+        CorpusConfig(name=f"python{_PYTHON}", corpus="stdlib"),
+        CorpusConfig(name="scientific", corpus="scientific", release_notes={
+            "1.0.0": "Docstrings of the modules of the packages requirements.txt installs, deduplicated."}),
+    ]
 
     def _info(self) -> tfds.core.DatasetInfo:
         return tfds.core.DatasetInfo(
             builder=self,
-            description=(
-                f"English documentation of Python {sys.version_info[:2]}: docstrings of its standard-library "
-                "modules, classes and functions and its pydoc help topics, deduplicated, one document per "
-                "module or topic. Built from the running Python, so the content depends on its version."
-            ),
+            description=_DESCRIPTIONS[self.builder_config.corpus],
             features=tfds.features.FeaturesDict({"name": tfds.features.Text(), "text": tfds.features.Text()}),
         )
 
     def _split_generators(self, dl_manager):
         del dl_manager  # assembled from the local installation, nothing to download
-        documents = collect_documents()
+        documents = collect_documents(self.builder_config.corpus)
         return {
             split: self._generate_examples([doc for doc in documents if split_of(doc[0]) == split])
             for split in SPLITS
@@ -146,21 +206,23 @@ class PydocCorpus(tfds.core.GeneratorBasedBuilder, skip_registration=True):
             yield name, {"name": name, "text": text}
 
 
-def load_documents(split: str, data_dir: str) -> list[str]:
+def load_documents(split: str, data_dir: str, corpus: str = "stdlib") -> list[str]:
     """Texts of a split sorted by document name, building the array_record files under data_dir once."""
     if split not in SPLITS:
         raise ValueError(f"split={split!r} is not a corpus split; choose one of: {', '.join(SPLITS)}")
-    builder = PydocCorpus(data_dir=data_dir, file_format="array_record")
+    _check_corpus(corpus)
+    config = next(config for config in PydocCorpus.BUILDER_CONFIGS if config.corpus == corpus)
+    builder = PydocCorpus(config=config, data_dir=data_dir, file_format="array_record")
     builder.download_and_prepare()
     # TFDS writes records in the order of their hashed keys, so the order is restored by sorting.
     examples = [(ex["name"], ex["text"]) for ex in builder.as_data_source(split=split)]
     return [text.decode("utf-8") for _, text in sorted(examples)]
 
 
-def corpus_statistics(data_dir: str) -> dict[str, dict[str, int]]:
+def corpus_statistics(data_dir: str, corpus: str = "stdlib") -> dict[str, dict[str, int]]:
     """Documents and whitespace-separated words per split."""
     statistics = {}
     for split in SPLITS:
-        texts = load_documents(split, data_dir)
+        texts = load_documents(split, data_dir, corpus)
         statistics[split] = {"documents": len(texts), "words": sum(len(text.split()) for text in texts)}
     return statistics

@@ -1,5 +1,6 @@
 """Sequence models built from the attention registry."""
+from models.language_model import LanguageModel
 from models.mlm import MaskedLanguageModel
 from models.transformer import CAUSAL_ROLES, ROLES, EncoderDecoder, TransformerSpec
 
-__all__ = ["CAUSAL_ROLES", "ROLES", "EncoderDecoder", "MaskedLanguageModel", "TransformerSpec"]
+__all__ = ["CAUSAL_ROLES", "ROLES", "EncoderDecoder", "LanguageModel", "MaskedLanguageModel", "TransformerSpec"]

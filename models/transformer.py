@@ -26,6 +26,8 @@ class TransformerSpec:
     max_len: int  # longest sequence the position encoding covers
     positions: str = "sinusoidal"  # or "learned"
     tied_embeddings: bool = True
+    qk_head_dim: int = 0  # width of each head's queries and keys; 0: d_model / num_heads, as the values
+    conv_kernel: int = 0  # self-attention blocks of an Encoder: a causal depthwise convolution first; 0: none
     attention: dict = dataclasses.field(default_factory=lambda: dict.fromkeys(ROLES, "softmax"))
     attention_options: dict = dataclasses.field(default_factory=dict)  # kind name -> its options
 
@@ -72,6 +74,31 @@ class Embedder(nnx.Module):
         return self.tokens.attend(x)
 
 
+class ShortConvolution(nnx.Module):
+    """Causal depthwise convolution over positions, [B, L, D] -> [B, L, D]: y_t = b + sum_j w_j * x_(t-j)
+    per channel for j < kernel_size, zero before the first position.
+
+    Placed before self-attention (as Based and Zoology do), it lets each position carry its predecessors,
+    so that "attend to the token that followed an earlier copy of me" (associative recall's induction
+    step) takes one attention layer instead of two. Weights start as PyTorch's Conv1d does,
+    U(+-1/sqrt(kernel_size)).
+    """
+
+    def __init__(self, d_model: int, kernel_size: int, *, rngs: nnx.Rngs):
+        bound = kernel_size**-0.5
+        self.kernel = nnx.Param(
+            jax.random.uniform(rngs.params(), (kernel_size, d_model), minval=-bound, maxval=bound))
+        self.bias = nnx.Param(jnp.zeros((d_model,)))
+
+    def __call__(self, x):
+        kernel = self.kernel[...]
+        size, length = kernel.shape[0], x.shape[1]
+        padded = jnp.pad(x, ((0, 0), (size - 1, 0), (0, 0)))
+        # One shifted copy per tap (a few), not a loop over positions.
+        taps = [kernel[j] * padded[:, size - 1 - j : size - 1 - j + length] for j in range(size)]
+        return sum(taps) + self.bias[...]
+
+
 class FeedForward(nnx.Module):
     def __init__(self, spec: TransformerSpec, *, rngs: nnx.Rngs):
         self.hidden = nnx.Linear(spec.d_model, spec.mlp_dim, rngs=rngs)
@@ -101,34 +128,61 @@ class Residual(nnx.Module):
 def _attention(spec: TransformerSpec, role: str, rngs: nnx.Rngs) -> MultiHeadAttention:
     kind = spec.attention[role]
     return MultiHeadAttention(kind, d_model=spec.d_model, num_heads=spec.num_heads, rngs=rngs,
-                              kind_options=spec.attention_options.get(kind, {}))
+                              kind_options=spec.attention_options.get(kind, {}),
+                              qk_head_dim=spec.qk_head_dim or None)
+
+
+def _feed_forward(spec: TransformerSpec, rngs: nnx.Rngs) -> FeedForward | None:
+    """None when mlp_dim is 0: an attention-only block, as in Zoology's recall models."""
+    return FeedForward(spec, rngs=rngs) if spec.mlp_dim else None
+
+
+def _residual_if(present, spec: TransformerSpec, rngs: nnx.Rngs) -> Residual | None:
+    return Residual(spec, rngs=rngs) if present is not None else None
+
+
+def _apply_feed_forward(block, x):
+    return x if block.feed_forward is None else block.feed_forward_branch(x, block.feed_forward)
 
 
 class EncoderBlock(nnx.Module):
-    def __init__(self, spec: TransformerSpec, *, rngs: nnx.Rngs):
-        self.self_attention = _attention(spec, "encoder_self", rngs)
-        self.feed_forward = FeedForward(spec, rngs=rngs)
+    """Self-attention in `role`: "encoder_self" sees every position, a causal role (CAUSAL_ROLES) the
+    positions up to its own."""
+
+    def __init__(self, spec: TransformerSpec, *, rngs: nnx.Rngs, role: str = "encoder_self"):
+        # Submodules in the order they were always created: an Rngs with a single stream draws the
+        # parameters after each Dropout's fork of it, so the order decides a model's initial values.
+        self.self_attention = _attention(spec, role, rngs)
+        self.causal = role in CAUSAL_ROLES
+        self.convolution = (ShortConvolution(spec.d_model, spec.conv_kernel, rngs=rngs) if spec.conv_kernel
+                            else None)
+        self.feed_forward = _feed_forward(spec, rngs)
         self.attention_branch = Residual(spec, rngs=rngs)
-        self.feed_forward_branch = Residual(spec, rngs=rngs)
+        self.feed_forward_branch = _residual_if(self.feed_forward, spec, rngs)
+
+    def _attend(self, h, mask):
+        if self.convolution is not None:
+            h = self.convolution(h)
+        return self.self_attention(h, h, mask, causal=self.causal)
 
     def __call__(self, x, mask):
-        x = self.attention_branch(x, lambda h: self.self_attention(h, h, mask))
-        return self.feed_forward_branch(x, self.feed_forward)
+        x = self.attention_branch(x, lambda h: self._attend(h, mask))
+        return _apply_feed_forward(self, x)
 
 
 class DecoderBlock(nnx.Module):
     def __init__(self, spec: TransformerSpec, *, rngs: nnx.Rngs):
         self.self_attention = _attention(spec, "decoder_self", rngs)
         self.cross_attention = _attention(spec, "cross", rngs)
-        self.feed_forward = FeedForward(spec, rngs=rngs)
+        self.feed_forward = _feed_forward(spec, rngs)
         self.self_branch = Residual(spec, rngs=rngs)
         self.cross_branch = Residual(spec, rngs=rngs)
-        self.feed_forward_branch = Residual(spec, rngs=rngs)
+        self.feed_forward_branch = _residual_if(self.feed_forward, spec, rngs)
 
     def __call__(self, x, encoded, self_mask, cross_mask):
         x = self.self_branch(x, lambda h: self.self_attention(h, h, self_mask, causal=True))
         x = self.cross_branch(x, lambda h: self.cross_attention(h, encoded, cross_mask))
-        return self.feed_forward_branch(x, self.feed_forward)
+        return _apply_feed_forward(self, x)
 
     def init_decode_state(self, encoded, key_mask, max_len: int):
         return {"self": self.self_attention.init_cache(encoded.shape[0], max_len, encoded.dtype),
@@ -140,13 +194,16 @@ class DecoderBlock(nnx.Module):
             x, lambda h: self.self_attention.decode_step(h, state["self"], index, max_len, valid))
         x = self.cross_branch(
             x, lambda h: self.cross_attention.attend_memory(h, state["cross"], key_mask, index, max_len))
-        return self.feed_forward_branch(x, self.feed_forward), {**state, "self": cache}
+        return _apply_feed_forward(self, x), {**state, "self": cache}
 
 
 class Encoder(nnx.Module):
-    def __init__(self, vocab_size: int, spec: TransformerSpec, *, rngs: nnx.Rngs):
+    """Embedding, a stack of self-attention blocks in `role` (EncoderBlock) and a final LayerNorm."""
+
+    def __init__(self, vocab_size: int, spec: TransformerSpec, *, rngs: nnx.Rngs, role: str = "encoder_self"):
+        self.role = role
         self.embedder = Embedder(vocab_size, spec, rngs=rngs)
-        self.blocks = nnx.List([EncoderBlock(spec, rngs=rngs) for _ in range(spec.num_layers)])
+        self.blocks = nnx.List([EncoderBlock(spec, rngs=rngs, role=role) for _ in range(spec.num_layers)])
         self.norm = nnx.LayerNorm(spec.d_model, rngs=rngs)
 
     def __call__(self, tokens, mask):

@@ -151,21 +151,58 @@ def train_all(jobs: list[Job], workers: int):
             yield (*futures[future], *future.result())
 
 
+def final_validation(workdir: str) -> dict:
+    """The metrics of the last periodic evaluation (on the validation split) in the workdir's metrics.jsonl;
+    none without the file."""
+    path = os.path.join(workdir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        lines = [json.loads(line) for line in f if line.strip()]
+    evals = [line for line in lines if line["split"] == "eval"]
+    return evals[-1] if evals else {}
+
+
+def _result(workdir: str) -> dict:
+    """eval.json, with the final validation metrics under "validation" (for choices made without test data)."""
+    return {**_read_json(os.path.join(workdir, "eval.json")), "validation": final_validation(workdir)}
+
+
 def load_results(workdirs: dict[str, list[str]]) -> tuple[dict[str, list[dict]], dict[str, dict], int | None]:
-    """From run name -> its seeds' workdirs: the finished seeds' eval.json per run (runs without one
-    left out), the first finished seed's spectra.json where it exists, and the head dim of the runs' model."""
+    """From run name -> its seeds' workdirs: the finished seeds' results (`_result`) per run (runs without
+    one left out), the first finished seed's spectra.json where it exists, and the head dim of the runs'
+    model."""
     results, spectra, head_dim = {}, {}, None
     for name, seed_workdirs in workdirs.items():
         finished = [workdir for workdir in seed_workdirs if is_finished(workdir)]
         if not finished:
             continue
-        results[name] = [_read_json(os.path.join(workdir, "eval.json")) for workdir in finished]
+        results[name] = [_result(workdir) for workdir in finished]
         spectra_path = os.path.join(finished[0], "spectra.json")
         if os.path.exists(spectra_path):
             spectra[name] = _read_json(spectra_path)
         model = _read_json(os.path.join(finished[0], "config.json"))["model"]
         head_dim = model["d_model"] // model["num_heads"]
     return results, spectra, head_dim
+
+
+def select_by_validation(task: str, results: dict[str, list[dict]],
+                         runs: list[studies.Run]) -> dict[str, list[dict]]:
+    """Each group of alternative runs (studies.Run.group) reduced to the one with the best mean validation
+    headline metric, under the group's name (the chosen run's name is kept in each result's "run");
+    runs without a group pass unchanged."""
+    selected, best = {}, {}
+    for run in runs:
+        if run.name not in results:
+            continue
+        evals = [{**result, "run": run.name} for result in results[run.name]]
+        if not run.group:
+            selected[run.name] = evals
+            continue
+        score = report.validation_score(task, evals)
+        if run.group not in best or score > best[run.group]:
+            best[run.group], selected[run.group] = score, evals
+    return selected
 
 
 def run_jobs(jobs: list[Job], workers: int) -> list[str]:
@@ -207,6 +244,8 @@ def main(argv: list[str] | None = None) -> None:
     failed = run_jobs(_jobs(study, runs, seeds, workdirs, f"{args.task}-{args.preset}", extra), args.jobs)
 
     results, spectra, head_dim = load_results(workdirs)
+    results = select_by_validation(args.task, results, runs)
+    spectra = {name: spectra[evals[0]["run"]] for name, evals in results.items() if evals[0]["run"] in spectra}
     if results:
         command = shlex.join(["python", "scripts/compare.py", *argv])
         out_dir = report_dir(args.reports_dir, args.task, args.preset)

@@ -27,7 +27,7 @@ sys.path.insert(0, ROOT)  # run as a script from anywhere: the repository's pack
 import yaml  # noqa: E402
 
 import attention  # noqa: E402
-from analysis import report  # noqa: E402
+from analysis import stats  # noqa: E402
 from scripts import compare  # noqa: E402
 from training import metrics  # noqa: E402
 
@@ -207,7 +207,7 @@ def seeds_table(sweep: Sweep, rows: list[dict]) -> str:
     for setting, group in groups.items():
         cells = [_cell(value) for value in setting] + [str(len(group))]
         for column in measured:
-            mean, std = report.mean_std([row[column] for row in group])
+            mean, std = stats.mean_std([row[column] for row in group])
             cells.append(f"{mean:.4f} ± {'-' if std is None else f'{std:.4f}'}")
         table.append(cells)
     return _markdown([*keys, "seeds", *(f"{column} (mean ± std)" for column in measured)], table)

@@ -7,7 +7,7 @@ import os
 import pytest
 
 import attention
-from analysis import report
+from analysis import recall_report, report
 from configs import studies
 from scripts import compare
 from training import validate
@@ -285,3 +285,73 @@ def test_failed_runs_are_named_and_left_out_of_the_report(tmp_path, monkeypatch,
     text = (tmp_path / "reports" / "mlm" / "report.md").read_text()
     assert "| taylor | taylor | 561 | 1 |" in text and "| softmax | softmax | - | 2 |" in text
     assert "| local |" not in text
+
+
+# --- the recall study's report -----------------------------------------------------------------------------
+
+
+def _recall_eval(kind, pairs, accuracy, feature_dim, per_head, effective_ranks, validation):
+    """A causal recall eval.json with one head and a rank row per layer, plus compare.py's "validation"."""
+    rows = [{"role": "decoder_self", "layer": layer, "head": 0, "seq_len": 64, "numerical_rank": rank + 1,
+             "effective_rank": rank, "stable_rank": 1.5, "rank_bound": None}
+            for layer, rank in enumerate(effective_ranks)]
+    return {"step": 800, "task": "recall", "split": "test", "num_examples": 3000, "attention": {"decoder_self": kind},
+            "metrics": {"query_accuracy": accuracy, "loss": 0.1}, "rank": rows,
+            "state": {"decoder_self": {"kind": kind, "feature_dim": feature_dim, "key_dim": feature_dim or 64,
+                                       "value_dim": 64, "seq_len": 64, "per_head": per_head, "total": 2 * per_head}},
+            "recall": {"form": "causal", "vocab_size": 256, "seq_len": 64, "num_kv_pairs": pairs},
+            "validation": {"query_accuracy": validation}}
+
+
+RECALL_RESULTS = {
+    "linear_d4_N16": [_recall_eval("linear", 16, 0.1, 4, 256, [4.0], 0.1)],  # a width sweep with d' = 16
+    "softmax_N16": [_recall_eval("softmax", 16, 1.0, None, 8192, [16.0, 7.0], 1.0),
+                    _recall_eval("softmax", 16, 0.98, None, 8192, [15.0, 8.0], 0.99)],
+    # Layer 1 recalls in one seed, layer 0 in the other: the recall layer is the one with the higher mean.
+    "linear_d16_N16": [_recall_eval("linear", 16, 0.4, 16, 1024, [10.0, 6.0], 0.41),
+                       _recall_eval("linear", 16, 0.5, 16, 1024, [4.0, 9.0], 0.52)],
+    "linear_d16_N4": [_recall_eval("linear", 4, 0.9, 16, 1024, [3.0, 2.0], 0.9)],
+}
+
+
+def test_recall_tables_give_sizes_seeds_and_the_recall_layer():
+    # softmax: std of (1.0, 0.98) = 0.0141; linear N16: std of (0.4, 0.5) = 0.0707; layer means 7 and 7.5.
+    assert report.accuracy_table("recall", RECALL_RESULTS).splitlines()[3:] == [
+        "| softmax_N16 | softmax | 16 | 64 | - | 8,192 | 2 | 0.9900 ± 0.0141 | 1.000, 0.980 | 0.9950 |  |",
+        "| linear_d16_N16 | linear | 16 | 16 | 16 | 1,024 | 2 | 0.4500 ± 0.0707 | 0.400, 0.500 | 0.4650 |  |",
+        "| linear_d16_N4 | linear | 4 | 16 | 16 | 1,024 | 1 | 0.9000 ± - | 0.900 | 0.9000 |  |",
+    ]
+    assert recall_report.rank_table(RECALL_RESULTS).splitlines()[3:] == [
+        "| softmax_N16 | softmax | 16 | - | 0 | 15.50 | 16.50 | 1.50 | 0.97 |",
+        "| linear_d16_N16 | linear | 16 | 16 | 1 | 7.50 | 8.50 | 1.50 | 0.47 |",
+        "| linear_d16_N4 | linear | 4 | 16 | 0 | 3.00 | 4.00 | 1.50 | 0.75 |",
+    ]
+
+
+def test_a_group_keeps_the_run_with_the_best_validation_never_the_best_test():
+    better_on_test = [_recall_eval("linear", 16, 0.99, 16, 1024, [9.0], 0.30)]
+    better_on_validation = [_recall_eval("linear", 16, 0.50, 16, 1024, [8.0], 0.60)]
+    runs = [studies.Run("linear_N16_lr0.01", {}, group="linear_N16"),
+            studies.Run("linear_N16_lr0.001", {}, group="linear_N16"), studies.Run("softmax_N16", {})]
+    results = {"linear_N16_lr0.01": better_on_test, "linear_N16_lr0.001": better_on_validation,
+               "softmax_N16": RECALL_RESULTS["softmax_N16"]}
+    selected = compare.select_by_validation("recall", results, runs)
+    assert list(selected) == ["linear_N16", "softmax_N16"]
+    assert selected["linear_N16"][0]["metrics"]["query_accuracy"] == 0.50
+    assert selected["linear_N16"][0]["run"] == "linear_N16_lr0.001"
+    assert "| linear_N16_lr0.001 |" in report.accuracy_table("recall", selected)  # the "selected" column
+
+
+def test_write_report_for_recall_writes_its_tables_plots_and_results(tmp_path):
+    path = report.write_report("recall", "quick", "python scripts/compare.py --task=recall", RECALL_RESULTS, {},
+                               str(tmp_path))
+    text = open(path).read()
+    assert report.accuracy_table("recall", RECALL_RESULTS) in text and recall_report.rank_table(RECALL_RESULTS) in text
+    for image in (recall_report.PAIRS_PLOT, recall_report.STATE_PLOT, recall_report.RANK_PLOT,
+                  recall_report.WIDTH_PLOT):
+        assert f"]({image})" in text and (tmp_path / image).stat().st_size > 0
+    with open(tmp_path / report.RESULTS_JSON) as f:
+        assert json.load(f) == RECALL_RESULTS
+    without_sweep = {name: evals for name, evals in RECALL_RESULTS.items() if name != "linear_d4_N16"}
+    text = open(report.write_report("recall", "quick", "cmd", without_sweep, {}, str(tmp_path / "other"))).read()
+    assert recall_report.WIDTH_PLOT not in text and not (tmp_path / "other" / recall_report.WIDTH_PLOT).exists()

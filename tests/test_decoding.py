@@ -21,8 +21,8 @@ SOURCE_VOCAB, TARGET_VOCAB, MAX_LEN = 11, 9, 6
 ATOL = 2e-5
 
 
-def _layer(kind, seed=0):
-    layer = MultiHeadAttention(kind, d_model=D_MODEL, num_heads=HEADS, rngs=nnx.Rngs(seed))
+def _layer(kind, seed=0, qk_head_dim=None):
+    layer = MultiHeadAttention(kind, d_model=D_MODEL, num_heads=HEADS, rngs=nnx.Rngs(seed), qk_head_dim=qk_head_dim)
     layer.eval()
     return layer
 
@@ -40,12 +40,15 @@ def _steps(step, carry, length):
     return jnp.swapaxes(outputs, 0, 1)
 
 
-@pytest.mark.parametrize("kind", attention.names())
-def test_cached_steps_equal_the_full_rows(kind):
+# Every kind at the default widths; a score kind and two kernelised ones with queries and keys narrower than
+# the values (head dim 4), whose caches and states then have two widths.
+@pytest.mark.parametrize("kind, qk_head_dim", [(kind, None) for kind in attention.names()]
+                         + [("softmax", 3), ("linear", 3), ("performer", 3)])
+def test_cached_steps_equal_the_full_rows(kind, qk_head_dim):
     """Self-attention: step t against row t of the causal computation, a padding token mid-sequence.
     Cross-attention: queries of a LENGTH-row decoder over a longer, padded source (cosFormer's M and
     local's alignment depend on both lengths)."""
-    layer, x, source = _layer(kind), _inputs(1, LENGTH), _inputs(3, SOURCE_LENGTH)
+    layer, x, source = _layer(kind, qk_head_dim=qk_head_dim), _inputs(1, LENGTH), _inputs(3, SOURCE_LENGTH)
     valid = jnp.ones((B, LENGTH), bool).at[1, 2].set(False)
     key_mask = jnp.arange(SOURCE_LENGTH)[None, :] < jnp.array([[SOURCE_LENGTH], [4]])
 

@@ -1,15 +1,22 @@
-"""MLM data: BERT masking against its formula and rates, packing, batches by step, the pydoc corpus and its
-TFDS builder, the SentencePiece tokenizer."""
+"""MLM data: BERT masking against its formula and rates, packing, batches by step, the pydoc corpora and
+their TFDS builder, the SentencePiece tokenizer."""
 
 import collections
+import importlib.util
 import itertools
 import math
+import os
+import sys
 
 import numpy as np
 import pytest
 
+from configs import mlm as mlm_config
 from data import mlm, text_corpus
 from data.tokenizer import EOS, MASK, NUM_SPECIAL, PAD, Tokenizer, load_or_train, train_sentencepiece
+
+# `training` (and with it jax) is imported in the tests that need it, after the stdlib parses: with jax's
+# objects in memory, the garbage collector makes those parses ~50% slower.
 
 VOCAB_SIZE = 1000
 SEQ_LEN = 128
@@ -154,7 +161,7 @@ def test_split_of_is_90_5_5_and_a_function_of_the_name_alone(documents):
 
 def test_pydoc_corpus_builds_the_same_documents_per_split(documents, tmp_path, monkeypatch):
     # collect_documents' own determinism is tested above; reusing its result saves two stdlib parses.
-    monkeypatch.setattr(text_corpus, "collect_documents", lambda: documents)
+    monkeypatch.setattr(text_corpus, "collect_documents", lambda corpus: {"stdlib": documents}[corpus])
     for split in text_corpus.SPLITS:
         expected = [text for name, text in documents if text_corpus.split_of(name) == split]
         assert text_corpus.load_documents(split, str(tmp_path / "a")) == expected
@@ -163,6 +170,107 @@ def test_pydoc_corpus_builds_the_same_documents_per_split(documents, tmp_path, m
     assert sum(s["documents"] for s in statistics.values()) == len(documents)
     with pytest.raises(ValueError, match="choose one of: train, validation, test"):
         text_corpus.load_documents("dev", str(tmp_path / "a"))
+    # Where runs prepared before there were other corpora find their files.
+    python = "python{}.{}".format(*sys.version_info[:2])
+    assert (tmp_path / "a" / "pydoc_corpus" / python / "1.0.0" / "dataset_info.json").is_file()
+
+
+def test_the_scientific_corpus_builds_its_own_config_split_by_the_same_rule(tmp_path, monkeypatch):
+    names = ("numpy.linalg._linalg", "scipy.cluster.hierarchy", "absl.testing.absltest")
+    assert [text_corpus.split_of(name) for name in names] == ["train", "validation", "test"]
+    documents = [(name, f"The documentation of {name}.") for name in names]
+    monkeypatch.setattr(text_corpus, "collect_documents", lambda corpus: {"scientific": documents}[corpus])
+    for (_, text), split in zip(documents, text_corpus.SPLITS):
+        assert text_corpus.load_documents(split, str(tmp_path), "scientific") == [text]
+    assert text_corpus.corpus_statistics(str(tmp_path), "scientific")["train"] == {"documents": 1, "words": 4}
+    assert sorted(path.name for path in (tmp_path / "pydoc_corpus").iterdir()) == [".config", "scientific"]
+
+
+# A fake site-packages: executing any of its modules would raise, so a corpus that imported one would fail.
+FAKE_PACKAGES = {
+    "site/fakepkg/__init__.py": '''"""The fake package, documented in a few words."""
+raise ImportError("fakepkg was imported instead of parsed")
+
+
+def helper():
+    """Helps with nothing at all."""
+''',
+    "site/fakepkg/linalg/_linalg.py": '''"""Linear algebra of the fake package."""
+raise ImportError("fakepkg.linalg._linalg was imported instead of parsed")
+
+
+class Matrix:
+    """A matrix of fake numbers."""
+
+    def copy(self):
+        """Helps with nothing at all."""
+
+    def __repr__(self):
+        """Return repr(self)."""
+''',
+    "site/fakepkg/empty.py": "VALUE = 1\n",
+    "site/fakepkg/broken.py": '"""Never read: the file does not parse."""\ndef broken(:\n',
+    "site/fakepkg/not-a-module.py": '"""Never read: its name is no identifier."""\n',
+    "site/fakepkg/tests/test_linalg.py": '"""Never read: tests are no documentation."""\n',
+    # A namespace package (no __init__.py) in two directories, as orbax is.
+    "site/nspkg/first.py": '"""The first part of a namespace package."""\n',
+    "other_site/nspkg/second.py": '"""The second part of a namespace package."""\n',
+}
+
+
+def test_the_scientific_corpus_names_modules_from_site_packages_without_importing_them(tmp_path, monkeypatch):
+    for relative, source in FAKE_PACKAGES.items():
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.syspath_prepend(str(tmp_path / "other_site"))
+    monkeypatch.setattr(text_corpus, "SCIENTIFIC_PACKAGES", ("fakepkg", "nspkg"))
+    assert text_corpus.collect_documents("scientific") == [
+        ("fakepkg", "The fake package, documented in a few words.\n\nHelps with nothing at all."),
+        ("fakepkg.linalg._linalg", "Linear algebra of the fake package.\n\nA matrix of fake numbers."),
+        ("nspkg.first", "The first part of a namespace package."),
+        ("nspkg.second", "The second part of a namespace package."),
+    ]
+    assert "fakepkg" not in sys.modules
+    monkeypatch.setattr(text_corpus, "SCIENTIFIC_PACKAGES", ("fakepkg", "no_such_package"))
+    with pytest.raises(ModuleNotFoundError, match="'no_such_package' is no installed package"):
+        text_corpus.collect_documents("scientific")
+
+
+def test_every_scientific_package_is_an_installed_package_in_sorted_order():
+    assert list(text_corpus.SCIENTIFIC_PACKAGES) == sorted(text_corpus.SCIENTIFIC_PACKAGES)
+    for package in text_corpus.SCIENTIFIC_PACKAGES:
+        spec = importlib.util.find_spec(package)
+        assert spec is not None and spec.submodule_search_locations, package
+
+
+def test_an_unknown_corpus_is_refused_with_the_corpus_names(tmp_path):
+    from training import validate
+
+    message = "corpus='wiki' is not a pydoc corpus; choose one of: stdlib, scientific"
+    with pytest.raises(ValueError, match=message):
+        text_corpus.collect_documents("wiki")
+    with pytest.raises(ValueError, match=message):
+        text_corpus.load_documents("train", str(tmp_path), "wiki")
+    message = "config.dataset.corpus='wiki' is not allowed; choose one of: stdlib, scientific"
+    with pytest.raises(validate.ConfigError, match=message):
+        validate.validate(mlm_config.get_config("corpus=wiki"))
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_corpus_preset_reaches_the_corpus_and_a_vocabulary_of_its_own(monkeypatch):
+    from training import mlm as mlm_task
+
+    stdlib, scientific = mlm_config.get_config().dataset, mlm_config.get_config("corpus=scientific").dataset
+    assert (stdlib.name, stdlib.corpus, scientific.name, scientific.corpus) == (
+        "pydoc", "stdlib", "pydoc", "scientific")
+    # The stdlib's vocabulary keeps its path: runs prepared before there were other corpora reuse it.
+    assert mlm_task._tokenizer_path(stdlib) == os.path.join("datasets", "pydoc_corpus",
+                                                             "sentencepiece_unigram_4000.model")
+    assert mlm_task._tokenizer_path(scientific) == os.path.join("datasets", "pydoc_corpus", "scientific",
+                                                                 "sentencepiece_unigram_4000.model")
+    monkeypatch.setattr(text_corpus, "load_documents", lambda *arguments: list(arguments))
+    assert mlm_task.load_texts(scientific, "train") == ["train", "datasets", "scientific"]
 
 
 # A few hundred words of plain English, generated so the test needs no data file.

@@ -31,12 +31,18 @@ def test_eval_json_has_the_documented_keys(trained):
     with open(os.path.join(workdir, "eval.json")) as f:
         written = json.load(f)
     assert written == json.loads(json.dumps(result))
-    assert set(written) == {"step", "task", "split", "num_examples", "attention", "metrics", "rank"}
+    assert set(written) == {"step", "task", "split", "num_examples", "attention", "metrics", "rank", "state"}
     assert (written["step"], written["task"], written["num_examples"]) == (20, "translation", 40)
     assert written["attention"] == {"encoder_self": "softmax", "decoder_self": "softmax", "cross": "softmax"}
     assert set(written["metrics"]) == {"exact_match", "token_accuracy", "bleu", "loss"}
     rows = written["rank"]
     layers, heads = config.model.num_layers, config.model.num_heads
+    head_dim = config.model.d_model // heads
+    for role, state in written["state"].items():  # softmax keeps every key and value of a head
+        assert (state["kind"], state["feature_dim"]) == ("softmax", None)
+        assert state["per_head"] == state["seq_len"] * 2 * head_dim
+        assert state["total"] == state["per_head"] * heads * layers
+    assert written["state"]["cross"]["seq_len"] == written["state"]["encoder_self"]["seq_len"]  # the source's
     assert len(rows) == 3 * layers * heads
     assert {(r["role"], r["layer"], r["head"]) for r in rows} == {
         (role, layer, head) for role in ("encoder_self", "decoder_self", "cross")

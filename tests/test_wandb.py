@@ -1,5 +1,5 @@
 """An offline W&B run (no account, no network) holds what the run logged: train, eval and test metrics,
-per-layer rank scalars, the rank table and the plots."""
+per-layer rank scalars, attention state sizes, the rank table and the plots."""
 import glob
 import os
 
@@ -17,7 +17,9 @@ def test_an_offline_run_writes_every_logged_key_to_the_workdir(tiny_config, tmp_
         logged = f.read()
     keys = ["train/loss", "train/learning_rate", "train/grad_norm", "train/steps_per_sec", "train/tokens_per_sec",
             "eval/exact_match", "test/bleu", *(f"rank/{role}/layer0/{metric}" for role in ("encoder_self", "decoder_self", "cross")
-                           for metric in ("numerical", "effective", "stable"))]
+                           for metric in ("numerical", "effective", "stable")),
+            *(f"state/{role}/{size}" for role in ("encoder_self", "decoder_self", "cross")
+              for size in ("per_head", "total"))]
     assert [key for key in keys if key.encode() not in logged] == []
     media = os.path.join(run_dir, "files", "media")
     assert glob.glob(os.path.join(media, "table", "rank", "*.table.json"))

@@ -74,6 +74,20 @@ def rank_bounds(model) -> dict:
             for role, layers in model.attention_layers().items()}
 
 
+def attention_state(model, seq_lens: dict[str, int]) -> dict:
+    """Per role of the model: its kind, feature dim (None for the softmax family), the widths of a head's
+    keys and values, and the numbers one head keeps to attend over seq_lens[role] positions
+    (MultiHeadAttention.state_size) with their total over the role's heads and layers."""
+    state = {}
+    for role, layers in model.attention_layers().items():
+        first = layers[0]
+        per_head = first.state_size(seq_lens[role], causal=role in CAUSAL_ROLES)
+        state[role] = {"kind": first.kind, "feature_dim": first.feature_dim, "key_dim": first.qk_head_dim,
+                       "value_dim": first.head_dim, "seq_len": seq_lens[role], "per_head": per_head,
+                       "total": per_head * first.num_heads * len(layers)}
+    return state
+
+
 def attention_analysis(config, workdir, model, weights, query_len, key_len, tokens_q, tokens_k) -> list:
     """Rank rows of eval.json and spectra.json for `weights` (role -> [layers, B, H, Lq, Lk]) whose
     example e is valid on [:query_len[role][e], :key_len[role][e]]; heat maps of example 0 and the

@@ -10,3 +10,21 @@ def token_cross_entropy(logits, targets, weights, label_smoothing: float = 0.0):
     smoothed = optax.smooth_labels(one_hot, label_smoothing) if label_smoothing else one_hot
     losses = optax.softmax_cross_entropy(logits, smoothed) * weights
     return losses, jnp.argmax(logits, -1) == targets
+
+
+def prediction_sums(model, batch, input_tokens, label_smoothing: float = 0.0):
+    """(mean loss over the predicted positions, sums over them) of model(inputs, positions) -> logits, for
+    a batch laid out as data.mlm.mask_tokens' (inputs, positions, targets, weights): the masked-token
+    and the recall tasks. `input_tokens` is the throughput's count of the batch's tokens."""
+    weights = batch["weights"]
+    losses, hits = token_cross_entropy(model(batch["inputs"], batch["positions"]), batch["targets"],
+                                       weights, label_smoothing)
+    sums = {"loss": losses.sum(), "predictions": weights.sum(), "correct": (hits * weights).sum(),
+            "input_tokens": input_tokens}
+    return sums["loss"] / jnp.maximum(sums["predictions"], 1.0), sums
+
+
+def prediction_loss_and_accuracy(sums: dict) -> tuple[float, float]:
+    """(mean loss, accuracy) of prediction_sums added over batches or steps."""
+    count = max(sums["predictions"], 1.0)
+    return float(sums["loss"] / count), float(sums["correct"] / count)

@@ -83,7 +83,8 @@ class MetricsWriter:
 
     def log_evaluation(self, step: int, result: dict, workdir: str) -> None:
         """eval.json to W&B: test metrics, ranks as scalars `rank/<role>/layer<i>/<metric>` (means over
-        heads) and as a table, and the run's plots as images."""
+        heads) and as a table, attention state sizes `state/<role>/{per_head,total,feature_dim}`, and the
+        run's plots as images."""
         if self.run is None:
             return
         import wandb
@@ -97,6 +98,10 @@ class MetricsWriter:
                 logged[f"rank/{role}/layer{layer}/{metric}"] = sum(values) / len(values)
         if rows:
             logged["rank/table"] = wandb.Table(columns=list(rows[0]), data=[list(row.values()) for row in rows])
+        for role, state in result.get("state", {}).items():
+            logged.update({f"state/{role}/{key}": state[key] for key in ("per_head", "total")})
+            if state["feature_dim"] is not None:
+                logged[f"state/{role}/feature_dim"] = state["feature_dim"]
         for name in ("attention", "spectra"):
             path = os.path.join(workdir, "plots", f"{name}.png")
             if os.path.exists(path):

@@ -12,9 +12,9 @@ import tensorflow_datasets as tfds
 from flax import nnx
 
 from data import files, mlm, text_corpus, tokenizer
-from models import MaskedLanguageModel, TransformerSpec
+from models import MaskedLanguageModel
 from training import evaluate, validate
-from training.losses import token_cross_entropy
+from training.losses import prediction_loss_and_accuracy, prediction_sums
 
 PROGRESS_METRIC = "masked_accuracy"
 
@@ -54,7 +54,7 @@ def _tfds_texts(dataset, split: str) -> list[str]:
 def load_texts(dataset, split: str) -> list[str]:
     """The documents of one split ("train", or the validation or test split name) of `dataset`."""
     if dataset.name == "pydoc":
-        return text_corpus.load_documents(split, dataset.data_dir)
+        return text_corpus.load_documents(split, dataset.data_dir, dataset.corpus)
     if dataset.name == "tfds":
         return _tfds_texts(dataset, split)
     return files.read_documents(dataset.train_file if split == dataset.train_split else dataset.test_file)
@@ -65,8 +65,12 @@ def _tokenizer_path(dataset) -> str:
     if dataset.name == "text_files":
         with open(dataset.train_file, "rb") as f:
             source = os.path.join("text_files", hashlib.sha256(f.read()).hexdigest()[:16])
+    elif dataset.name == "pydoc" and dataset.corpus == "stdlib":
+        source = "pydoc_corpus"  # the path the stdlib's vocabulary had before there were other corpora
+    elif dataset.name == "pydoc":
+        source = os.path.join("pydoc_corpus", dataset.corpus)
     else:
-        source = "pydoc_corpus" if dataset.name == "pydoc" else dataset.tfds_name
+        source = dataset.tfds_name
     name = f"sentencepiece_{dataset.tokenizer}_{dataset.vocab_size}.model"
     return os.path.join(dataset.data_dir, source, name)
 
@@ -91,11 +95,7 @@ def prepare_data(config, workdir: str) -> MlmData:
 
 
 def create_model(config, data: MlmData) -> MaskedLanguageModel:
-    spec = TransformerSpec(
-        num_layers=config.model.num_layers, d_model=config.model.d_model, num_heads=config.model.num_heads,
-        mlp_dim=config.model.mlp_dim, dropout_rate=config.model.dropout_rate, max_len=config.dataset.seq_len,
-        positions=config.model.positions, tied_embeddings=config.model.tied_embeddings,
-        attention=validate.role_kinds(config), attention_options=validate.kind_options(config))
+    spec = validate.transformer_spec(config, config.dataset.seq_len)
     params_key, dropout_key = jax.random.split(jax.random.key(config.seed))
     return MaskedLanguageModel(data.tokenizer.vocab_size, spec,
                                rngs=nnx.Rngs(params=params_key, dropout=dropout_key), pad_id=tokenizer.PAD)
@@ -112,17 +112,12 @@ def input_tokens(batch):
 
 def metric_sums(model, batch, label_smoothing: float = 0.0):
     """(mean loss over the predicted positions, sums over them)."""
-    weights = batch["weights"]
-    losses, hits = token_cross_entropy(model(batch["inputs"], batch["positions"]), batch["targets"],
-                                       weights, label_smoothing)
-    sums = {"loss": losses.sum(), "predictions": weights.sum(), "correct": (hits * weights).sum(),
-            "input_tokens": input_tokens(batch)}
-    return sums["loss"] / jnp.maximum(sums["predictions"], 1.0), sums
+    return prediction_sums(model, batch, input_tokens(batch), label_smoothing)
 
 
 def summarize(sums: dict) -> dict:
-    loss = float(sums["loss"] / max(sums["predictions"], 1.0))
-    return {"masked_accuracy": float(sums["correct"] / max(sums["predictions"], 1.0)), "loss": loss,
+    loss, accuracy = prediction_loss_and_accuracy(sums)
+    return {"masked_accuracy": accuracy, "loss": loss,
             "perplexity": math.exp(min(loss, 700.0))}  # exp overflows a float beyond ~709
 
 
@@ -148,4 +143,5 @@ def evaluate_model(config, workdir: str, model, data: MlmData, step: int) -> dic
         "attention": validate.role_kinds(config),
         "metrics": summarize(totals),
         "rank": attention_analysis(config, workdir, model, data),
+        "state": evaluate.attention_state(model, {"encoder_self": config.dataset.seq_len}),
     })

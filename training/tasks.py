@@ -10,7 +10,7 @@
 """
 import importlib
 
-NAMES = ("translation", "mlm")
+NAMES = ("translation", "mlm", "recall")
 
 
 def get(name: str):

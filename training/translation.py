@@ -11,7 +11,7 @@ from flax import nnx
 
 from data import files, pipeline, scan
 from data.vocab import Vocabulary
-from models import ROLES, EncoderDecoder, TransformerSpec
+from models import ROLES, EncoderDecoder
 from models.decoding import beam_search, greedy_decode
 from models.rnn import RecurrentEncoderDecoder, RecurrentSpec
 from training import evaluate, validate
@@ -66,8 +66,8 @@ def create_model(config, data: TranslationData):
     params_key, dropout_key = jax.random.split(jax.random.key(config.seed))
     rngs = nnx.Rngs(params=params_key, dropout=dropout_key)
     vocab_sizes = len(data.source_vocab), len(data.target_vocab)
-    kinds, options = validate.role_kinds(config), validate.kind_options(config)
     if config.model.name == "rnn":
+        kinds, options = validate.role_kinds(config), validate.kind_options(config)
         spec = RecurrentSpec(
             num_layers=config.model.num_layers, hidden_dim=config.model.d_model, cell=config.model.cell,
             bidirectional=config.model.bidirectional, num_heads=config.model.num_heads,
@@ -75,11 +75,7 @@ def create_model(config, data: TranslationData):
             attention_options=options.get(kinds["cross"], {}), tied_embeddings=config.model.tied_embeddings)
         return RecurrentEncoderDecoder(*vocab_sizes, spec, rngs=rngs, pad_id=Vocabulary.PAD)
     max_len = max(data.train["source"].shape[1], data.train["target"].shape[1])
-    spec = TransformerSpec(
-        num_layers=config.model.num_layers, d_model=config.model.d_model, num_heads=config.model.num_heads,
-        mlp_dim=config.model.mlp_dim, dropout_rate=config.model.dropout_rate, max_len=max_len,
-        positions=config.model.positions, tied_embeddings=config.model.tied_embeddings,
-        attention=kinds, attention_options=options)
+    spec = validate.transformer_spec(config, max_len)
     return EncoderDecoder(*vocab_sizes, spec, rngs=rngs, pad_id=Vocabulary.PAD)
 
 
@@ -182,4 +178,8 @@ def evaluate_model(config, workdir: str, model, data: TranslationData, step: int
             "loss": metrics["loss"],
         },
         "rank": attention_analysis(config, workdir, model, data),
+        # Over the longest source and target: the keys each role attends over.
+        "state": evaluate.attention_state(model, {"encoder_self": data.test["source"].shape[1],
+                                                  "decoder_self": data.test["target"].shape[1],
+                                                  "cross": data.test["source"].shape[1]}),
     })

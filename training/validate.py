@@ -4,23 +4,25 @@ import os
 from flax import nnx
 
 import attention
-from data import scan_grammar
-from models import rnn
+from data import recall, scan_grammar, text_corpus
+from models import TransformerSpec, rnn
 from training import sharding, steps
 
 ROLE_FIELDS = ("encoder_self", "decoder_self", "cross")
-TASK_ROLES = {"translation": ROLE_FIELDS, "mlm": ("encoder_self",)}  # the roles each task's model has
+# The roles each task's model has (recall's depend on its form, see model_roles).
+TASK_ROLES = {"translation": ROLE_FIELDS, "mlm": ("encoder_self",), "recall": ("decoder_self", "encoder_self")}
 TASKS = tuple(TASK_ROLES)
 MODELS = ("transformer", "rnn")  # translation's model.name
 RNN_ROLES = ("cross",)  # the RNN attends from decoder states to encoder states only
-DATASETS = {"translation": ("scan", "files"), "mlm": ("pydoc", "tfds", "text_files")}
+DATASETS = {"translation": ("scan", "files"), "mlm": ("pydoc", "tfds", "text_files"), "recall": ("mqar",)}
 TOKENIZERS = ("unigram", "bpe")
 POSITIONS = ("sinusoidal", "learned")
 WANDB_MODES = ("online", "offline", "disabled")
 NONFINITE = ("stop", "skip")  # what training does after a step with a non-finite loss or gradient
 POSITIVE_INTS = ("num_train_steps", "log_every_steps", "eval_every_steps", "checkpoint_every_steps",
                  "per_device_batch_size", "model.num_layers", "model.d_model", "model.num_heads",
-                 "model.mlp_dim", "eval.batch_size")
+                 "eval.batch_size")
+NON_NEGATIVE_INTS = ("model.mlp_dim", "model.qk_head_dim", "model.conv_kernel")  # 0: none, or the default
 
 
 class ConfigError(ValueError):
@@ -48,6 +50,8 @@ def _is_rnn(config) -> bool:
 
 
 def model_roles(config) -> tuple[str, ...]:
+    if config.task == "recall":  # a causal language model, or an encoder
+        return ("decoder_self",) if config.dataset.form == "causal" else ("encoder_self",)
     return RNN_ROLES if _is_rnn(config) else TASK_ROLES[config.task]
 
 
@@ -63,10 +67,20 @@ def kind_options(config) -> dict[str, dict]:
             if kind != rnn.NO_ATTENTION}
 
 
+def transformer_spec(config, max_len: int) -> TransformerSpec:
+    """The Transformer of `config.model` with the attention of `config.attention`, positions up to max_len."""
+    model = config.model
+    return TransformerSpec(
+        num_layers=model.num_layers, d_model=model.d_model, num_heads=model.num_heads, mlp_dim=model.mlp_dim,
+        dropout_rate=model.dropout_rate, max_len=max_len, positions=model.positions,
+        tied_embeddings=model.tied_embeddings, qk_head_dim=model.qk_head_dim, conv_kernel=model.conv_kernel,
+        attention=role_kinds(config), attention_options=kind_options(config))
+
+
 def _check_kind_options(config) -> None:
     """Builds each kind in use once, so that its own checks of its options (an odd Taylor order, a
     window below 1, ...) fail here, before any data is built or anything is compiled."""
-    head_dim = config.model.d_model // config.model.num_heads
+    head_dim = config.model.qk_head_dim or config.model.d_model // config.model.num_heads
     for kind, options in kind_options(config).items():
         try:
             attention.create(kind, num_heads=config.model.num_heads, head_dim=head_dim,
@@ -104,6 +118,7 @@ def _check_mlm_data(config) -> None:
     dataset, mlm = config.dataset, config.mlm
     if dataset.name == "tfds" and not dataset.tfds_name:
         raise ConfigError("config.dataset.tfds_name is empty; dataset.name='tfds' needs a TFDS text dataset")
+    _choice("dataset.corpus", dataset.corpus, text_corpus.CORPORA)
     if dataset.name == "text_files":
         for field in ("train_file", "test_file"):
             _check_file(config, field)
@@ -119,6 +134,24 @@ def _check_mlm_data(config) -> None:
     if mlm.mask_token_rate + mlm.random_token_rate > 1.0:
         raise ConfigError(f"config.mlm.mask_token_rate + random_token_rate = "
                           f"{mlm.mask_token_rate + mlm.random_token_rate} exceeds 1")
+
+
+def _check_recall_data(config) -> None:
+    dataset = config.dataset
+    _choice("dataset.form", dataset.form, recall.FORMS)
+    _choice("dataset.split", dataset.split, ("validation", "test"))
+    for field in ("vocab_size", "seq_len", "num_kv_pairs", "train_size", "validation_size", "test_size"):
+        if not isinstance(dataset[field], int) or dataset[field] < 1:
+            raise ConfigError(f"config.dataset.{field}={dataset[field]!r} must be a positive integer")
+    try:
+        recall.check_sizes(dataset.vocab_size, dataset.seq_len, dataset.num_kv_pairs)
+    except ValueError as error:
+        raise ConfigError(f"config.dataset: {error}") from None
+    if not dataset.power_a > 0:
+        raise ConfigError(f"config.dataset.power_a={dataset.power_a!r} must be > 0 (1: uniform query gaps)")
+    if not config.model.tied_embeddings:
+        raise ConfigError("config.model.tied_embeddings=False: the recall model's logits always use the "
+                          "token embeddings")
 
 
 def check_devices(config) -> None:
@@ -140,6 +173,10 @@ def validate(config) -> None:
         value = _get(config, field)
         if not isinstance(value, int) or value <= 0:
             raise ConfigError(f"config.{field}={value!r} must be a positive integer")
+    for field in NON_NEGATIVE_INTS:
+        value = _get(config, field)
+        if not isinstance(value, int) or value < 0:
+            raise ConfigError(f"config.{field}={value!r} must be an integer >= 0 (0: see its comment)")
     for role in ROLE_FIELDS:
         if config.attention[role] and role not in model_roles(config):
             model = "rnn" if _is_rnn(config) else config.task
@@ -161,6 +198,8 @@ def validate(config) -> None:
     if config.task == "translation":
         _check_translation_data(config)
         _check_decoding(config)
+    elif config.task == "recall":
+        _check_recall_data(config)
     else:
         _check_mlm_data(config)
     mode = os.environ.get("WANDB_MODE") or config.wandb.mode

@@ -1,0 +1,101 @@
+"""The associative-recall task (see training/tasks.py): MQAR sequences generated in memory (data/recall.py),
+a causal language model or an encoder over them, accuracy at the query positions, and the ranks of the
+attention rows of those queries."""
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from data import pipeline, recall
+from models import LanguageModel
+from training import evaluate, validate
+from training.losses import prediction_loss_and_accuracy, prediction_sums
+
+PROGRESS_METRIC = "query_accuracy"
+_SPLITS = ("train", "validation", "test")  # each generated from its own stream of dataset.seed
+
+
+@dataclasses.dataclass
+class RecallData:
+    train: dict  # data.recall.generate arrays: inputs [N, L]; positions, targets, weights [N, pairs]
+    validation: dict
+    test: dict
+
+
+def _generate(dataset, split: str) -> dict:
+    return recall.generate(dataset[f"{split}_size"], vocab_size=dataset.vocab_size, seq_len=dataset.seq_len,
+                           num_kv_pairs=dataset.num_kv_pairs, seed=[dataset.seed, _SPLITS.index(split)],
+                           form=dataset.form, power_a=dataset.power_a)
+
+
+def prepare_data(config, workdir: str) -> RecallData:
+    del workdir  # generated from the config alone
+    return RecallData(*(_generate(config.dataset, split) for split in _SPLITS))
+
+
+def create_model(config, data: RecallData) -> LanguageModel:
+    del data
+    dataset = config.dataset
+    params_key, dropout_key = jax.random.split(jax.random.key(config.seed))
+    (role,) = validate.model_roles(config)
+    return LanguageModel(recall.model_vocab_size(dataset.vocab_size, dataset.form),
+                         validate.transformer_spec(config, dataset.seq_len),
+                         rngs=nnx.Rngs(params=params_key, dropout=dropout_key), role=role)
+
+
+def train_batch(config, data: RecallData, batch_size: int, step: int) -> dict:
+    return pipeline.batch_at_step(data.train, batch_size, config.seed, step)
+
+
+def input_tokens(batch):
+    """Every token: recall sequences have no padding."""
+    return jnp.float32(batch["inputs"].size)
+
+
+def metric_sums(model, batch, label_smoothing: float = 0.0):
+    """(mean loss over the queries, sums over them)."""
+    return prediction_sums(model, batch, input_tokens(batch), label_smoothing)
+
+
+def summarize(sums: dict) -> dict:
+    loss, accuracy = prediction_loss_and_accuracy(sums)
+    return {"query_accuracy": accuracy, "loss": loss}
+
+
+def attention_analysis(config, workdir: str, model, data: RecallData) -> list:
+    """Ranks of the attention rows at the prediction positions ([pairs, L] per head): to answer N
+    queries the model must point N rows at N different keys, a matrix of rank N, which a kernelised kind
+    reaches only while its feature dim allows."""
+    rows = evaluate.rank_sample(len(data.test["inputs"]), config.eval.rank_examples)
+    batch = {name: array[rows] for name, array in data.test.items()}
+    [(role, weights)] = evaluate.attention_weights(model, lambda m, b: m(b["inputs"]), batch).items()
+    positions = batch["positions"]
+    query_rows = np.take_along_axis(weights, positions[None, :, None, :, None], axis=3)
+    num_examples, num_queries = positions.shape
+    query_len = {role: np.full(num_examples, num_queries)}
+    key_len = {role: np.full(num_examples, config.dataset.seq_len)}
+    tokens = [str(token) for token in batch["inputs"][0]]
+    tokens_q = {role: [f"{tokens[p]}@{p}" for p in positions[0]]}
+    return evaluate.attention_analysis(config, workdir, model, {role: query_rows}, query_len, key_len, tokens_q,
+                                       {role: tokens})
+
+
+def evaluate_model(config, workdir: str, model, data: RecallData, step: int) -> dict:
+    """Query accuracy on the whole `dataset.split` split, query-row ranks (of test examples) and attention
+    state sizes -> eval.json."""
+    dataset = config.dataset
+    totals = evaluate.model_metric_totals(model, metric_sums, getattr(data, dataset.split), config.eval.batch_size)
+    roles = validate.role_kinds(config)
+    return evaluate.write_eval_json(workdir, {
+        "step": int(step),
+        "task": "recall",
+        "split": dataset.split,
+        "num_examples": int(len(data.test["inputs"])),
+        "attention": roles,
+        "metrics": summarize(totals),
+        "rank": attention_analysis(config, workdir, model, data),
+        "state": evaluate.attention_state(model, dict.fromkeys(roles, dataset.seq_len)),
+        "recall": {field: dataset[field] for field in ("form", "vocab_size", "seq_len", "num_kv_pairs")},
+    })
