@@ -132,9 +132,11 @@ class DotAttention(ScoreAttention):
         dropout_active = self.dropout.rate > 0 and not self.dropout.deterministic
         if dropout_active or q.shape[-1] != v.shape[-1]:
             return super().__call__(q, k, v, mask, causal=causal)
-        if mask is None and causal and q.shape[1] == k.shape[1]:
+        length = q.shape[1]
+        if mask is None and causal and length == k.shape[1] and self.keys_seen(length, causal) == length:
             # Every causal row has a key (its own position), and is_causal lets the implementation skip
-            # the masked half (cuDNN's flash kernel does) rather than read an [L, L] mask.
+            # the masked half (cuDNN's flash kernel does) rather than read an [L, L] mask. Not for a kind
+            # that narrows the causal keys further (local's window): is_causal would drop its narrowing.
             return jax.nn.dot_product_attention(q, k, v, scale=self.scale, is_causal=True)
         allowed = self.allowed(q, k, mask, causal)
         out = jax.nn.dot_product_attention(q, k, v, mask=allowed, scale=self.scale)

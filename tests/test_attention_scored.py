@@ -164,6 +164,19 @@ def test_output_and_weights_match_numpy_reference(name, setting):
                                atol=2e-6)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("name", KINDS)
+def test_without_a_mask_every_kind_matches_numpy_reference(name, causal):
+    """No padding mask (the recall model's sequences have none): the fast paths a kind may take then
+    (jax.nn.dot_product_attention with is_causal) must keep what the kind narrows, e.g. local's window."""
+    q, k, v, _ = _inputs(seed=21)
+    module = _randomise_params(_create(name))
+    every_key = np.ones((B, L), bool)
+    expected = np.einsum("bhqk,bkhd->bqhd", REFERENCES[name](np, q, k, _allowed(every_key, L, causal),
+                                                              _params(module)), v)
+    np.testing.assert_allclose(module(*_f32(q, k, v), None, causal=causal), expected, atol=2e-5, rtol=2e-5)
+
+
 def _gradients(module, q, k, v, mask, causal, cotangent):
     """Gradients of sum(cotangent * output) w.r.t. q, k, v and the module's parameters (by name)."""
     graphdef, params, rest = nnx.split(module, nnx.Param, ...)
