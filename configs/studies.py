@@ -48,17 +48,21 @@ def _mlm_quick() -> Study:
     return Study("configs/mlm.py:quick", {}, _rank_bound_grid((32, 128, 512), local_window=16), seeds=2)
 
 
+def _every_kind_grid(performer_features: tuple[int, ...], local_window: int) -> list[Run]:
+    """The rank-bound grid and the other kernelised kinds."""
+    return _rank_bound_grid(performer_features, local_window) + [_run("relu"), _run("hedgehog"), _run("cosformer")]
+
+
 def _mlm_full() -> Study:
-    runs = _rank_bound_grid((32, 128, 512, 1024), local_window=16) + [_run("relu"), _run("hedgehog"), _run("cosformer")]
-    return Study("configs/mlm.py", {}, runs, seeds=3)
+    return Study("configs/mlm.py", {}, _every_kind_grid((32, 128, 512, 1024), local_window=16), seeds=3)
 
 
 def _mlm_long() -> Study:
     """The full grid on the scientific corpus (1.8M words) at sequence length 512, for an accelerator: the
     bounds of elu+1 (head_dim 32) and of Performer's smaller m sit far below the length, and the corpus
     takes about 210 steps of 32 sequences per epoch instead of the stdlib's 30."""
-    runs = _rank_bound_grid((32, 128, 512), local_window=64) + [_run("relu"), _run("hedgehog"), _run("cosformer")]
-    return Study("configs/mlm.py:corpus=scientific", {"dataset.seq_len": 512}, runs, seeds=3)
+    return Study("configs/mlm.py:corpus=scientific", {"dataset.seq_len": 512},
+                 _every_kind_grid((32, 128, 512), local_window=64), seeds=3)
 
 
 def _rnn_runs() -> list[Run]:
@@ -111,8 +115,8 @@ def _recall_run(kind: str, pairs: int, qk_head_dim: int = 0, **options) -> Run:
 
 
 def _recall_quick() -> Study:
-    """Causal MQAR at L = 64: softmax, elu+1 at d' = 16 (m = 16) and Taylor at d' = 4 (m = 15, the same
-    state) against N, and both kinds' feature width at N = 16, where a feature dim below N must fail."""
+    """Causal MQAR at L = 64: softmax, elu+1 at d' = 16 (m = 16) and Taylor at d' = 4 (m = 15, nearly the
+    same state) against N, and both kinds' feature width at N = 16, from m well below N to m above it."""
     pairs = (4, 8, 16)
     runs = [_recall_run(kind, n, width) for n in pairs for kind, width in
             (("softmax", 0), ("linear", 16), ("taylor", 4))]

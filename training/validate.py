@@ -40,6 +40,13 @@ def _get(config, dotted: str):
     return config
 
 
+def _check_int(config, field: str, low: int) -> None:
+    """config.<field> (dotted) must be an integer >= low."""
+    value = _get(config, field)
+    if not isinstance(value, int) or value < low:
+        raise ConfigError(f"config.{field}={value!r} must be an integer >= {low}")
+
+
 def role_kinds(config) -> dict[str, str]:
     """The attention kind of each role of the task's model: the role's override, else `attention.name`."""
     return {role: config.attention[role] or config.attention.name for role in model_roles(config)}
@@ -124,8 +131,7 @@ def _check_mlm_data(config) -> None:
             _check_file(config, field)
     _choice("dataset.tokenizer", dataset.tokenizer, TOKENIZERS)
     for field, low in (("seq_len", 2), ("vocab_size", 8)):
-        if not isinstance(dataset[field], int) or dataset[field] < low:
-            raise ConfigError(f"config.dataset.{field}={dataset[field]!r} must be an integer >= {low}")
+        _check_int(config, f"dataset.{field}", low)
     for field in ("mask_rate", "mask_token_rate", "random_token_rate"):
         if not 0.0 <= mlm[field] <= 1.0:
             raise ConfigError(f"config.mlm.{field}={mlm[field]!r} must be in [0, 1]")
@@ -141,8 +147,7 @@ def _check_recall_data(config) -> None:
     _choice("dataset.form", dataset.form, recall.FORMS)
     _choice("dataset.split", dataset.split, ("validation", "test"))
     for field in ("vocab_size", "seq_len", "num_kv_pairs", "train_size", "validation_size", "test_size"):
-        if not isinstance(dataset[field], int) or dataset[field] < 1:
-            raise ConfigError(f"config.dataset.{field}={dataset[field]!r} must be a positive integer")
+        _check_int(config, f"dataset.{field}", 1)
     try:
         recall.check_sizes(dataset.vocab_size, dataset.seq_len, dataset.num_kv_pairs)
     except ValueError as error:
@@ -170,13 +175,9 @@ def validate(config) -> None:
         _choice("model.name", config.model.name, MODELS)
         _choice("model.cell", config.model.cell, rnn.CELLS)
     for field in POSITIVE_INTS:
-        value = _get(config, field)
-        if not isinstance(value, int) or value <= 0:
-            raise ConfigError(f"config.{field}={value!r} must be a positive integer")
+        _check_int(config, field, 1)
     for field in NON_NEGATIVE_INTS:
-        value = _get(config, field)
-        if not isinstance(value, int) or value < 0:
-            raise ConfigError(f"config.{field}={value!r} must be an integer >= 0 (0: see its comment)")
+        _check_int(config, field, 0)
     for role in ROLE_FIELDS:
         if config.attention[role] and role not in model_roles(config):
             model = "rnn" if _is_rnn(config) else config.task
