@@ -10,7 +10,7 @@ PRESET ?= quick
 # Tests run in parallel on all cores; PYTEST_ARGS adds to them (e.g. PYTEST_ARGS="-k attention").
 PYTEST_ARGS ?=
 
-.PHONY: setup train eval test compare bench clean
+.PHONY: setup train eval test test-accelerator compare bench bench-gpu clean
 
 setup: $(VENV)/.installed
 
@@ -26,8 +26,13 @@ train: setup
 eval: setup
 	$(PY) eval.py --config=$(CONFIG) --workdir=$(WORKDIR)
 
+# On the CPU even where a GPU or TPU is present (tests/conftest.py); test-accelerator runs the tests
+# marked `accelerator` on it, in one process (several would each take the device).
 test: setup
 	$(PY) -m pytest -n auto --dist loadfile $(PYTEST_ARGS)
+
+test-accelerator: setup
+	TEST_ACCELERATOR=1 $(PY) -m pytest -m accelerator $(PYTEST_ARGS)
 
 compare: setup
 	$(PY) scripts/compare.py --task=$(TASK) --preset=$(PRESET)
@@ -36,7 +41,15 @@ compare: setup
 bench: setup
 	$(PY) scripts/bench_train.py
 	$(PY) scripts/bench_attention.py
+	$(PY) scripts/bench_chunks.py
 	$(PY) scripts/bench_decode.py
+
+# On a GPU (or TPU) machine, in one command: the accelerator tests, a short bf16 run, every benchmark
+# (attention in float32 and bfloat16, masked and not, to 65,536 tokens; the chunk sweep) and the quick
+# studies, reports in reports/gpu/ (scripts/gpu_check.sh; GPU_CHECK_ARGS="--quick --skip-studies" etc.).
+GPU_CHECK_ARGS ?=
+bench-gpu: setup
+	PYTHON=$(PY) scripts/gpu_check.sh $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf runs .pytest_cache

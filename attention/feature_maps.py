@@ -1,10 +1,23 @@
-"""Feature maps phi for kernelised (linear) attention: plain functions of the last axis."""
+"""Feature maps phi for kernelised (linear) attention: plain functions of the last axis.
+
+Precision from bfloat16 (or float16) inputs: a positive phi is returned in x's dtype, since a sum of
+positive products phi(q).phi(k) keeps the relative rounding of its terms (2^-8 in bfloat16); where
+that phi would chain several roundings (an exponent, a softmax, a product with cos) it is computed in
+float32 and rounded once, at the end. The Taylor and exp_limit monomials take both signs, and
+phi(q).phi(k) can be far smaller than its terms (near 0 where 1 + q.k/n is), so rounding them would
+err by 2^-8 of the terms, not of the sum: they are computed and returned in float32.
+"""
 import itertools
 import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+
+def in_float32(x):
+    """x in float32, or kept in a wider float dtype."""
+    return x.astype(jnp.promote_types(x.dtype, jnp.float32))
 
 
 def elu_plus_one(x):
@@ -42,7 +55,10 @@ def random_projection(key, num_features: int, dim: int, orthogonal: bool = True)
 
 
 def random_feature_exponent(x, projection):
-    """x.w - |x|^2/2 for every row w of `projection` [..., m, d] (leading axes broadcast against x's)."""
+    """x.w - |x|^2/2 for every row w of `projection` [..., m, d] (leading axes broadcast against x's),
+    in float32 at least: the exponent is a difference of sums of order |x|^2, and exp turns its
+    absolute error (a bfloat16 exponent near 8 is off by up to 1/32) into a relative error of the feature."""
+    x = in_float32(x)
     return (jnp.einsum("...d,...md->...m", x, projection.astype(x.dtype))
             - 0.5 * jnp.sum(x * x, axis=-1, keepdims=True))
 
@@ -53,12 +69,12 @@ def positive_random_features(x, projection, stabilizer=None):
     E[phi(q).phi(k)] = exp(q.k) for rows w ~ N(0, I) and no stabilizer; a stabilizer shared by all
     the features of a row (or of all keys) scales phi without biasing the normalised attention.
     """
-    return features_of_exponent(random_feature_exponent(x, projection), stabilizer)
+    return features_of_exponent(random_feature_exponent(x, projection), stabilizer).astype(x.dtype)
 
 
 def features_of_exponent(exponent, stabilizer=None):
-    """The positive random features of an already computed `random_feature_exponent` [..., m]: for
-    callers that need the exponent anyway (to choose the stabilizer), so it is computed once."""
+    """The positive random features of an already computed `random_feature_exponent` [..., m], in its
+    dtype: for callers that need the exponent anyway (to choose the stabilizer), so it is computed once."""
     if stabilizer is not None:
         exponent = exponent - stabilizer
     return jnp.exp(exponent) / math.sqrt(exponent.shape[-1])
@@ -90,12 +106,13 @@ def taylor_feature_dim(dim: int, order: int) -> int:
 
 
 def taylor_features(x, order: int):
-    """phi with phi(q).phi(k) = sum_{j <= order} (q.k)^j / j! exactly -> [..., C(d + order, order)].
+    """phi with phi(q).phi(k) = sum_{j <= order} (q.k)^j / j! exactly -> float32 [..., C(d + order, order)].
 
     (q.k)^j / j! = sum_{|alpha| = j} q^alpha k^alpha / alpha!, so the features are x^alpha / sqrt(alpha!)
     for every multi-index alpha of degree <= order: the multisets of `order` coordinates of [x, 1], the
     appended 1 filling up the degree and taking no part in alpha!.
     """
+    x = in_float32(x)  # (see the module's docstring)
     z = jnp.concatenate([x, jnp.ones(x.shape[:-1] + (1,), x.dtype)], axis=-1)
     return _symmetric_monomial_features(
         z, order, lambda counts: 1 / np.sqrt(_factorials(counts[:, :-1]).prod(-1)))
@@ -106,11 +123,12 @@ def exp_limit_feature_dim(dim: int, n: int) -> int:
 
 
 def exp_limit_features(x, n: int):
-    """phi with phi(q).phi(k) = (1 + q.k/n)^n exactly -> [..., C(d + n, n)].
+    """phi with phi(q).phi(k) = (1 + q.k/n)^n exactly -> float32 [..., C(d + n, n)].
 
     With z = [1, x/sqrt(n)], (1 + q.k/n)^n = (z_q.z_k)^n = sum_{|beta| = n} n!/beta! z_q^beta z_k^beta:
     the symmetric n-th tensor power of z.
     """
+    x = in_float32(x)  # (see the module's docstring)
     z = jnp.concatenate([jnp.ones(x.shape[:-1] + (1,), x.dtype), x / math.sqrt(n)], axis=-1)
     return _symmetric_monomial_features(
         z, n, lambda counts: np.sqrt(math.factorial(n) / _factorials(counts).prod(-1)))
@@ -125,9 +143,8 @@ def cosformer_features(x, positions, max_len: int):
     """
     # The angle in float32: a low-precision position would shift it by whole steps of pi / (2 M).
     angle = (jnp.pi / (2 * max_len)) * jnp.asarray(positions, jnp.float32)[:, None, None]
-    relu = jax.nn.relu(x)
-    return jnp.concatenate([relu * jnp.cos(angle).astype(x.dtype), relu * jnp.sin(angle).astype(x.dtype)],
-                           axis=-1)
+    relu = jax.nn.relu(in_float32(x))
+    return jnp.concatenate([relu * jnp.cos(angle), relu * jnp.sin(angle)], axis=-1).astype(x.dtype)
 
 
 def hedgehog_features(x, weight):
@@ -136,5 +153,8 @@ def hedgehog_features(x, weight):
     The softmax makes phi positive and spiky like exp(q.k), which a learned W can then imitate
     (Zhang et al. 2024); the -xW half lets it respond to negative projections too.
     """
-    projected = jnp.einsum("...hd,hde->...he", x, weight.astype(x.dtype))
-    return jax.nn.softmax(jnp.concatenate([projected, -projected], axis=-1), axis=-1)
+    # The projection and its softmax in float32, rounded once at the end. float32 operands rather than
+    # preferred_element_type: XLA's CPU backend has no bfloat16 x bfloat16 -> float32 kernel for this
+    # layout, and products of bfloat16 numbers are exact in float32 all the same.
+    projected = jnp.einsum("...hd,hde->...he", in_float32(x), in_float32(weight))
+    return jax.nn.softmax(jnp.concatenate([projected, -projected], axis=-1), axis=-1).astype(x.dtype)

@@ -4,11 +4,17 @@ The n x n matrix phi(Q) phi(K)^T (rank <= feature_dim) is never formed in `__cal
 bidirectional form sums phi(k) v^T over keys once, O(L m Dv); the causal form works in chunks of C
 positions, quadratic inside a chunk and through prefix sums of per-chunk states across chunks, so it
 stores L/C states of [m, Dv] rather than one per position.
+
+Mixed precision: with bfloat16 (or float16) inputs, every sum of products (the states, their prefix
+sums, the scores, the normaliser) accumulates and stays in float32, and so does the division; only the
+output returns to the inputs' dtype. A state sums a term per key: in bfloat16 (8 significant bits) each
+addition would round to 2^-8 of the running sum, and a term below half of that would vanish.
 """
+import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention import masks
+from attention import chunking, masks
 
 
 def _with_ones(v):
@@ -16,31 +22,37 @@ def _with_ones(v):
     return jnp.concatenate([v, jnp.ones(v.shape[:-1] + (1,), v.dtype)], axis=-1)
 
 
+def _sum_products(subscripts, *operands):
+    """jnp.einsum accumulated and returned in float32 (at least), whatever the operands' dtype."""
+    return jnp.einsum(subscripts, *operands, preferred_element_type=jnp.float32)
+
+
 def _normalise(numerator_and_normaliser, eps):
     numerator, normaliser = numerator_and_normaliser[..., :-1], numerator_and_normaliser[..., -1:]
-    return numerator / (normaliser + eps.astype(normaliser.dtype))
+    return numerator / (normaliser + eps)
 
 
 def key_state(phi_k, v):
-    """sum over keys of phi(k) [v, 1]^T: phi_k [B, Lk, H, m], v [B, Lk, H, Dv] -> [B, H, m, Dv + 1]."""
-    return jnp.einsum("bkhm,bkhd->bhmd", phi_k, _with_ones(v))
+    """sum over keys of phi(k) [v, 1]^T: phi_k [B, Lk, H, m], v [B, Lk, H, Dv] -> float32 [B, H, m, Dv + 1]."""
+    return _sum_products("bkhm,bkhd->bhmd", phi_k, _with_ones(v))
 
 
 def attend_state(phi_q, state, eps):
-    """phi_q [B, Lq, H, m] against a `key_state` -> [B, Lq, H, Dv]; `eps`, the normaliser's floor, is
-    a scalar or per query [B, Lq, H, 1]."""
-    return _normalise(jnp.einsum("bqhm,bhmd->bqhd", phi_q, state), eps)
+    """phi_q [B, Lq, H, m] against a `key_state` -> float32 [B, Lq, H, Dv]; `eps`, the normaliser's
+    floor, is a scalar or per query [B, Lq, H, 1]."""
+    return _normalise(_sum_products("bqhm,bhmd->bqhd", phi_q, state), eps)
 
 
 def bidirectional_linear_attention(phi_q, phi_k, v, eps):
-    """phi_q [B, Lq, H, m], phi_k [B, Lk, H, m], v [B, Lk, H, Dv] -> [B, Lq, H, Dv]."""
-    return attend_state(phi_q, key_state(phi_k, v), eps)
+    """phi_q [B, Lq, H, m], phi_k [B, Lk, H, m], v [B, Lk, H, Dv] -> [B, Lq, H, Dv] in v's dtype."""
+    return attend_state(phi_q, key_state(phi_k, v), eps).astype(v.dtype)
 
 
 def causal_linear_attention(phi_q, phi_k, v, eps, chunk_size: int):
-    """Causal linear attention over [B, L, H, *] inputs in chunks of `chunk_size` positions."""
+    """Causal linear attention over [B, L, H, *] inputs in chunks of `chunk_size` positions -> [B, L, H, Dv]
+    in v's dtype."""
     batch, length, heads, _ = phi_q.shape
-    chunk = min(chunk_size, length)
+    chunk = min(chunk_size or chunking.chunk_size_for(jax.default_backend(), length), length)
     padding = -length % chunk
     num_chunks = (length + padding) // chunk
 
@@ -49,15 +61,15 @@ def causal_linear_attention(phi_q, phi_k, v, eps, chunk_size: int):
         return x.reshape(batch, num_chunks, chunk, heads, x.shape[-1])
 
     phi_q, phi_k, values = chunked(phi_q), chunked(phi_k), chunked(_with_ones(v))
-    chunk_states = jnp.einsum("bnchm,bnchd->bnhmd", phi_k, values)
+    chunk_states = _sum_products("bnchm,bnchd->bnhmd", phi_k, values)
     # The state seen by chunk i sums the chunks before it (an exclusive prefix sum).
     inclusive = jnp.cumsum(chunk_states, axis=1)
     earlier_states = jnp.concatenate([jnp.zeros_like(inclusive[:, :1]), inclusive[:, :-1]], axis=1)
-    from_earlier = jnp.einsum("bnchm,bnhmd->bnchd", phi_q, earlier_states)
-    scores = jnp.einsum("bnqhm,bnkhm->bnhqk", phi_q, phi_k) * masks.causal_mask(chunk)
-    from_chunk = jnp.einsum("bnhqk,bnkhd->bnqhd", scores, values)
+    from_earlier = _sum_products("bnchm,bnhmd->bnchd", phi_q, earlier_states)
+    scores = _sum_products("bnqhm,bnkhm->bnhqk", phi_q, phi_k) * masks.causal_mask(chunk)
+    from_chunk = _sum_products("bnhqk,bnkhd->bnqhd", scores, values)
     out = (from_earlier + from_chunk).reshape(batch, num_chunks * chunk, heads, -1)[:, :length]
-    return _normalise(out, eps)
+    return _normalise(out, eps).astype(v.dtype)
 
 
 # Bounds on the exponent of eps's rescaling: exp(80) keeps eps * exp finite in float32 and bfloat16, and
@@ -115,7 +127,7 @@ class KernelizedAttention(nnx.Module):
 
     def weights(self, q, k, mask=None, *, causal=False):
         phi_q, phi_k, eps = self._features_and_eps(q, k, mask)
-        scores = jnp.einsum("bqhm,bkhm->bhqk", phi_q, phi_k).astype(jnp.float32)
+        scores = _sum_products("bqhm,bkhm->bhqk", phi_q, phi_k)
         if causal:
             scores = scores * masks.causal_mask(q.shape[1])
         per_query_eps = jnp.swapaxes(eps, 1, 2) if eps.ndim else eps  # [B, Lq, H, 1] -> [B, H, Lq, 1]
@@ -131,7 +143,8 @@ class KernelizedAttention(nnx.Module):
 
     def _attend(self, q, index, max_len: int, state, key_stabiliser):
         phi_q, query_stabiliser = self.query_features(q, jnp.atleast_1d(index), max_len)
-        return attend_state(phi_q, state, self._eps(query_stabiliser + key_stabiliser))
+        # In q's dtype, the compute dtype: a cache or memory holds no values to take it from.
+        return attend_state(phi_q, state, self._eps(query_stabiliser + key_stabiliser)).astype(q.dtype)
 
     def state_size(self, key_dim: int, value_dim: int, seq_len: int, causal: bool) -> int:
         """m x Dv numbers per head, S = sum phi(k) v^T (its normaliser column aside), at any length:
@@ -140,8 +153,10 @@ class KernelizedAttention(nnx.Module):
 
     def init_cache(self, batch: int, max_len: int, num_heads: int, key_dim: int, value_dim: int,
                    dtype=jnp.float32):
-        """S [B, H, m, Dv + 1] and the keys' running stabiliser [B, 1, H, 1] (-inf: no key yet)."""
-        return {"state": jnp.zeros((batch, num_heads, self.feature_dim, value_dim + 1), dtype),
+        """S [B, H, m, Dv + 1] and the keys' running stabiliser [B, 1, H, 1] (-inf: no key yet), both
+        float32 whatever the compute `dtype`: S gains a term per step, which a bfloat16 sum of hundreds
+        of terms would round away."""
+        return {"state": jnp.zeros((batch, num_heads, self.feature_dim, value_dim + 1), jnp.float32),
                 "stabiliser": jnp.full((batch, 1, num_heads, 1), -jnp.inf, jnp.float32)}
 
     def decode_step(self, q, k, v, cache, index, max_len: int, key_valid):
@@ -152,8 +167,8 @@ class KernelizedAttention(nnx.Module):
         stabiliser = jnp.maximum(cache["stabiliser"], key_stabiliser)
         weight = key_valid[:, None, None, None] * jnp.exp(key_stabiliser - stabiliser)
         rescale = jnp.exp(cache["stabiliser"] - stabiliser)[:, 0, :, :, None]  # [B, H, 1, 1]
-        state = cache["state"] * rescale.astype(cache["state"].dtype) + key_state(
-            phi_k * weight.astype(phi_k.dtype), v).astype(cache["state"].dtype)
+        # phi_k times its float32 weight is float32: the new term is not rounded to the compute dtype.
+        state = cache["state"] * rescale + key_state(phi_k * weight, v)
         cache = {"state": state, "stabiliser": stabiliser}
         return self._attend(q, index, max_len, state, stabiliser), cache
 

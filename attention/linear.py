@@ -8,6 +8,12 @@ from attention.kernelized import KernelizedAttention
 from attention.registry import register
 
 
+def _scaled_in_float32(x, head_dim: int):
+    """x / head_dim^(1/4), in float32 for features computed in it: in bfloat16 the product would round
+    x a second time."""
+    return feature_maps.in_float32(x) * head_dim**-0.25
+
+
 @register("linear")
 class LinearAttention(KernelizedAttention):
     """phi = elu + 1 (Katharopoulos et al. 2020)."""
@@ -87,12 +93,13 @@ class PerformerAttention(KernelizedAttention):
                 lambda: self.projection[...])
 
     def _exponent(self, x):
-        return feature_maps.random_feature_exponent(x * self.head_dim**-0.25, self.projection[...])
+        scaled = _scaled_in_float32(x, self.head_dim)
+        return feature_maps.random_feature_exponent(scaled, self.projection[...])
 
     def query_features(self, q, positions, max_len: int):
         exponent = self._exponent(q)
         stabiliser = exponent.max(-1, keepdims=True)
-        return feature_maps.features_of_exponent(exponent, stabiliser), stabiliser
+        return feature_maps.features_of_exponent(exponent, stabiliser).astype(q.dtype), stabiliser
 
     def key_features(self, k, key_mask, positions, max_len: int):
         exponent = self._exponent(k)
@@ -102,7 +109,7 @@ class PerformerAttention(KernelizedAttention):
             masked_max = jnp.where(allowed, exponent, -jnp.inf).max((1, 3), keepdims=True)
             # A row without any allowed key (a padding row of a batch) keeps the plain max: finite.
             stabiliser = jnp.where(allowed.any((1, 3), keepdims=True), masked_max, stabiliser)
-        return feature_maps.features_of_exponent(exponent, stabiliser), stabiliser
+        return feature_maps.features_of_exponent(exponent, stabiliser).astype(k.dtype), stabiliser
 
 
 def _check_even(option: str, value: int, why: str):
@@ -126,7 +133,7 @@ class TaylorAttention(KernelizedAttention):
         self.taylor_order = taylor_order
 
     def features(self, x):
-        return feature_maps.taylor_features(x * self.head_dim**-0.25, self.taylor_order)
+        return feature_maps.taylor_features(_scaled_in_float32(x, self.head_dim), self.taylor_order)
 
 
 @register("exp_limit")
@@ -154,7 +161,7 @@ class ExpLimitAttention(KernelizedAttention):
         self.exp_limit_n = exp_limit_n
 
     def features(self, x):
-        return feature_maps.exp_limit_features(x * self.head_dim**-0.25, self.exp_limit_n)
+        return feature_maps.exp_limit_features(_scaled_in_float32(x, self.head_dim), self.exp_limit_n)
 
 
 @register("cosformer")

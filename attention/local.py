@@ -83,10 +83,15 @@ class LocalPredictiveAttention(ScoreAttention):
         return dot_scores(q, k, self.scale)
 
     def predicted_positions(self, q, last_key):
-        """p_i [B, H, Lq] (float32) for q [B, Lq, H, Dk] and S_i = last_key [B, H, Lq]."""
-        hidden = jnp.tanh(jnp.einsum("bqhd,hde->bhqe", q, self.position_projection[...]))
-        fraction = jax.nn.sigmoid(jnp.einsum("bhqe,he->bhq", hidden, self.position_vector[...]))
-        return last_key * fraction.astype(jnp.float32)
+        """p_i [B, H, Lq] (float32) for q [B, Lq, H, Dk] and S_i = last_key [B, H, Lq].
+
+        Computed in float32 from bfloat16 inputs too: S_i times a bfloat16 fraction (8 significant bits)
+        would be off by up to S_i / 512, whole positions in a long sequence, and shift the window."""
+        q, projection, vector = (x.astype(jnp.float32) for x in (q, self.position_projection[...],
+                                                                  self.position_vector[...]))
+        hidden = jnp.tanh(jnp.einsum("bqhd,hde->bhqe", q, projection))
+        fraction = jax.nn.sigmoid(jnp.einsum("bhqe,he->bhq", hidden, vector))
+        return last_key * fraction
 
     def weights(self, q, k, mask=None, *, causal=False, rows=None):
         key_positions = jnp.arange(k.shape[1])

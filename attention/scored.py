@@ -53,7 +53,7 @@ class AdditiveAttention(ScoreAttention):
         hidden_q = jnp.einsum("bqhd,hde->bhqe", q, self.query_projection[...])
         hidden_k = jnp.einsum("bkhd,hde->bhke", k, self.key_projection[...])
         hidden = jnp.tanh(hidden_q[:, :, :, None] + hidden_k[:, :, None])
-        return jnp.einsum("bhqke,he->bhqk", hidden, self.score_vector[...]).astype(jnp.float32)
+        return jnp.einsum("bhqke,he->bhqk", hidden, self.score_vector[...], preferred_element_type=jnp.float32)
 
 
 @register("gaussian")

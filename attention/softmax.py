@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention import masks
+from attention import fused, masks
 from attention.registry import register
 
 
@@ -61,7 +61,9 @@ class ScoreAttention(nnx.Module):
         return self._weighted_values(self.weights(q, k, mask, causal=causal), v)
 
     def _weighted_values(self, weights, v):
-        return jnp.einsum("bhqk,bkhd->bqhd", self.dropout(weights).astype(v.dtype), v)
+        # The weights meet v in its dtype (a bfloat16 matmul), the sum over keys accumulates in float32.
+        return jnp.einsum("bhqk,bkhd->bqhd", self.dropout(weights).astype(v.dtype), v,
+                          preferred_element_type=jnp.float32).astype(v.dtype)
 
     # --- incremental decoding: the cache holds every key and value so far -----------------------------
 
@@ -117,13 +119,20 @@ def _zero_rows_without_keys(out, allowed):
 @register("dot")
 class DotAttention(ScoreAttention):
     """Luong et al. (2015) 'dot' score q.k, unscaled: its spread grows with head_dim, so the softmax
-    saturates sooner in wide heads than the scaled kind's."""
+    saturates sooner in wide heads than the scaled kind's.
+
+    Without dropout, one call of `jax.nn.dot_product_attention` computes it: `implementation` (see
+    attention/fused.py) "xla" is XLA's softmax, "cudnn" cuDNN's flash kernel, "auto" the latter where
+    the hardware, the dtype and the mask allow it."""
 
     scaled = False
 
-    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, dropout_rate: float = 0.0):
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, dropout_rate: float = 0.0,
+                 implementation: str = "auto"):
         super().__init__(dropout_rate=dropout_rate, rngs=rngs)
+        fused.check(implementation)
         self.scale = head_dim**-0.5 if self.scaled else 1.0
+        self.implementation = implementation
 
     def scores(self, q, k):
         return dot_scores(q, k, self.scale)
@@ -132,11 +141,14 @@ class DotAttention(ScoreAttention):
         dropout_active = self.dropout.rate > 0 and not self.dropout.deterministic
         if dropout_active or q.shape[-1] != v.shape[-1]:
             return super().__call__(q, k, v, mask, causal=causal)
-        length = q.shape[1]
-        if mask is None and causal and length == k.shape[1] and self.keys_seen(length, causal) == length:
-            # Every causal row has a key (its own position), and is_causal lets the implementation skip
-            # the masked half (cuDNN's flash kernel does) rather than read an [L, L] mask. Not for a kind
-            # that narrows the causal keys further (local's window): is_causal would drop its narrowing.
+        # A kind that narrows the causal keys further (local's window) must keep its own mask: neither
+        # is_causal nor key lengths would express the narrowing.
+        narrowed = self.keys_seen(k.shape[1], causal) < k.shape[1]
+        if fused.select(self.implementation, q, v, mask, narrowed) == "cudnn":
+            return fused.attention_over_lengths(q, k, v, fused.key_lengths(mask, q.shape[0]), scale=self.scale,
+                                                causal=causal, implementation="cudnn")
+        if mask is None and causal and not narrowed and q.shape[1] == k.shape[1]:
+            # Every causal row has a key (its own position): no mask to build or read.
             return jax.nn.dot_product_attention(q, k, v, scale=self.scale, is_causal=True)
         allowed = self.allowed(q, k, mask, causal)
         out = jax.nn.dot_product_attention(q, k, v, mask=allowed, scale=self.scale)

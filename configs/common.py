@@ -9,8 +9,11 @@ def attention_config() -> ml_collections.ConfigDict:
     attention.decoder_self = ""  # translation only
     attention.cross = ""  # translation only
     attention.dropout_rate = 0.0  # softmax kinds: dropout on the attention weights
+    # dot and softmax kinds: "auto" (cuDNN flash attention where the GPU, dtype and mask allow it, else
+    # XLA), "xla" or "cudnn" (an error where it cannot run); see attention/fused.py
+    attention.implementation = "auto"
     attention.eps = 1e-6  # kernelised kinds: added to the normaliser
-    attention.chunk_size = 64  # kernelised kinds: causal chunk length
+    attention.chunk_size = 64  # kernelised kinds: causal chunk length; 0: auto (attention/chunking.py)
     attention.hidden_dim = 0  # additive: width of the score MLP; 0 = head_dim
     attention.window = 3  # local kinds: keys within +-window of the aligned position
     attention.top_k = 1  # hard: keys attended in the forward pass (1 = classic hard attention)

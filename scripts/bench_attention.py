@@ -3,14 +3,30 @@
   python scripts/bench_attention.py                      # softmax, linear, performer, reference; L 256..16384
   python scripts/bench_attention.py --kinds=softmax,linear,performer,taylor,cosformer,reference \\
       --lengths=256,1024,4096 --repeats=3 --max_seconds=5
+  python scripts/bench_attention.py --dtype=bfloat16 --implementation=auto --lengths=1024,8192,65536 \\
+      --max_memory_gb=40                                 # on a GPU: cuDNN flash attention where it can run
 
-Inputs q, k, v [B, L, H, D] (float32, standard normal) go through one registered kind,
-`attention.create(kind, num_heads=H, head_dim=D, rngs=nnx.Rngs(0))` called as
-`module(q, k, v, mask=None, causal=causal)`, or, as the kind "reference", through
-`jax.nn.dot_product_attention(q, k, v, is_causal=causal)` (same [B, L, H, D] layout). Kernelised kinds that
-take `num_features` (performer) get --num_features, 64 = D by default: as many features as the head
-width, the same rank bound as `linear` (phi = elu + 1 has D features), so the two differ only in the
-feature map.
+Inputs q, k, v [B, L, H, D] (--dtype, float32 or bfloat16, standard normal) go through one registered
+kind, `attention.create(kind, num_heads=H, head_dim=D, rngs=nnx.Rngs(0), **options)` called as
+`module(q, k, v, mask=mask, causal=causal)`, or, as the kind "reference", through
+`jax.nn.dot_product_attention(q, k, v, is_causal=causal, key_value_seq_lengths=lengths)` (same
+[B, L, H, D] layout). The module's floating state (parameters, Performer's projection) is cast to --dtype
+as the training step casts it. Kernelised kinds that take `num_features` (performer) get --num_features,
+64 = D by default: as many features as the head width, the same rank bound as `linear` (phi = elu + 1 has
+D features), so the two differ only in the feature map. The kinds that take `implementation` (softmax,
+dot: see attention/fused.py) get --implementation; the reference runs the implementation that
+softmax selects for the same inputs ("auto": cuDNN's flash kernel on an NVIDIA GPU in bfloat16, else
+XLA's), so the two compare one kernel with and without our code around it. --implementation=cudnn where
+cuDNN cannot run (no NVIDIA GPU, float32) is refused before anything compiles.
+
+Modes (--masks): "none", no mask: bidirectional and causal; here our softmax kind makes the same single
+call as the reference, so softmax/reference is a sanity check, ~1.0 by construction. "padding", right
+padding of the keys: the last --padding fraction of the keys of every row (10%) are masked out. Every
+kind gets the mask [B, 1, 1, L] (boolean) as the models give it; the reference gets the same padding as
+key lengths [B] (`key_value_seq_lengths`), the cheapest form `jax.nn.dot_product_attention` takes. There
+softmax/reference measures what our masked path costs: under XLA, the boolean mask given to the kernel
+and the zeroing of rows without keys; under cuDNN, the key lengths counted from the mask, and the same
+zeroing. Mask and lengths are arguments of the compiled program, not constants it could fold.
 
 Time: the jitted gradient of sum(out * cotangent) with respect to q, k and v only: the module's state
 (performer's random projection, hedgehog's weights) is an argument of the jitted function, merged inside
@@ -24,16 +40,18 @@ block_until_ready; a kind's time is the median of --repeats timings.
 Memory: XLA's planned buffer sizes of the compiled program, from `compiled.memory_analysis()`:
 temp + argument + output - alias bytes. This is what XLA's buffer assignment allocates for the program
 (on the CPU backend of jax 0.10.2 `peak_memory_in_bytes` counts arguments and outputs only, so temp is
-added here), not the process RSS, and not what a GPU allocator would reserve on top.
+added here), not the process RSS, and not what a GPU allocator would reserve on top. FLOPs: XLA's cost
+analysis of the same program (None where the backend gives none).
 
 Budget: a kind whose planned memory exceeds --max_memory_gb is not run at that length; a kind whose
 forward+backward takes longer than --max_seconds (median, or the warm-up call alone, in which case it is
 timed once more only) is measured at that length; in both cases the larger lengths of that kind, in that
 mode, are skipped and recorded as such with the reason.
 
-Writes under --out: attention.json (machine, settings, one row per (kind, causal, L)), attention.md
-(tables per mode: ms and MiB per kind, ratios softmax/linear and softmax/reference) and attention.png
-(log-log time against L, bidirectional and causal panels).
+Writes under --out: attention.json (machine, settings, one row per (kind, causal, masked, L)),
+attention.md (tables per mode: ms and MiB per kind, ratios softmax/linear and softmax/reference) and
+attention.png (log-log time against L, a panel per mode). scripts/bench_chunks.py times the causal chunk
+sizes of the kernelised kinds with the same helpers.
 """
 import argparse
 import json
@@ -51,11 +69,16 @@ import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
 import attention  # noqa: E402
+from attention import fused  # noqa: E402
 
 REFERENCE = "reference"  # jax.nn.dot_product_attention, not a registered kind
 DEFAULT_KINDS = "softmax,linear,performer," + REFERENCE
 DEFAULT_LENGTHS = ",".join(str(2**p) for p in range(8, 15))  # 256 .. 16,384
-MODES = {"bidirectional": False, "causal": True}
+DTYPES = ("float32", "bfloat16")
+MASKS = ("none", "padding")  # no mask; right padding of the keys
+# Mode name -> (causal, masked): the panels of the plot, the sections of the markdown.
+MODES = {"bidirectional": (False, False), "causal": (True, False),
+         "bidirectional + padding": (False, True), "causal + padding": (True, True)}
 TIMING_SECONDS = 0.05  # one timing lasts about this long: enough calls to rise above timer noise
 MAX_CALLS_PER_TIMING = 1000
 MIB = 2**20
@@ -86,35 +109,76 @@ def parse_lengths(text: str) -> list[int]:
     return lengths
 
 
-def kind_options(kind: str, num_features: int) -> dict:
-    """The bench's options for `kind`: --num_features for the kinds that take it, defaults otherwise."""
-    return {} if kind == REFERENCE else attention.select_options(kind, {"num_features": num_features})
+def parse_masks(text: str) -> list[str]:
+    masks = [mask.strip() for mask in text.split(",") if mask.strip()]
+    if not masks or set(masks) - set(MASKS):
+        raise SystemExit(f"--masks: {text!r} is not a comma-separated subset of {', '.join(MASKS)}")
+    return [mask for mask in MASKS if mask in masks]
+
+
+def kind_options(kind: str, num_features: int, implementation: str = "auto") -> dict:
+    """The bench's options for `kind`: --num_features and --implementation for the kinds that take them,
+    defaults otherwise."""
+    candidates = {"num_features": num_features, "implementation": implementation}
+    return {} if kind == REFERENCE else attention.select_options(kind, candidates)
+
+
+def modes(masks: list[str]) -> dict:
+    """The modes (name -> (causal, masked)) that --masks asks for, in MODES' order."""
+    return {name: mode for name, mode in MODES.items() if MASKS[mode[1]] in masks}
+
+
+def mode_name(causal: bool, masked: bool) -> str:
+    return next(name for name, mode in MODES.items() if mode == (causal, masked))
+
+
+def selected_implementation(implementation: str, settings: dict) -> str:
+    """"xla" or "cudnn": what softmax (and so the reference) runs for --implementation on these inputs,
+    masked by key padding or not (cuDNN takes both). SystemExit, one line, where "cudnn" cannot run."""
+    shape = jax.ShapeDtypeStruct((settings["batch"], 1, settings["heads"], settings["head_dim"]),
+                                 jnp.dtype(settings["dtype"]))
+    reason = fused.cudnn_unsupported(shape, shape, None, causal_narrowed=False)
+    if implementation == "cudnn" and reason is not None:
+        raise SystemExit(f"--implementation=cudnn cannot run here: {reason}")
+    return fused.select(implementation, shape, shape, None, causal_narrowed=False)
 
 
 # --- the measured program ------------------------------------------------------------------------------------
 
 
-def build_layer(kind: str, heads: int, head_dim: int, options: dict):
-    """(graphdef, state) of the kind's module; (None, {}) for the reference, which has no state."""
+def in_dtype(tree, dtype):
+    """The floating arrays of `tree` cast to `dtype`, as the training step casts its parameters."""
+    dtype = jnp.dtype(dtype)
+    return jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
+
+
+def build_layer(kind: str, heads: int, head_dim: int, options: dict, dtype="float32"):
+    """(graphdef, state) of the kind's module, its floating state in `dtype`; (None, {}) for the
+    reference, which has no state."""
     if kind == REFERENCE:
         return None, {}
     module = attention.create(kind, num_heads=heads, head_dim=head_dim, rngs=nnx.Rngs(0), **options)
-    return nnx.split(module)
+    graphdef, state = nnx.split(module)
+    return graphdef, in_dtype(state, dtype)
 
 
-def gradient_program(graphdef, causal: bool):
-    """jit of (state, q, k, v, cotangent) -> d sum(out * cotangent) / d(q, k, v)."""
+def gradient_program(graphdef, causal: bool, reference_implementation: str | None = None):
+    """jit of (state, q, k, v, cotangent, padding) -> d sum(out * cotangent) / d(q, k, v).
 
-    def attend(state, q, k, v):
+    `padding` is None (no mask), a kind's key mask [B, 1, 1, L] (boolean) or the reference's key lengths
+    [B] (int32); the reference runs `reference_implementation` (None: jax's default, XLA)."""
+
+    def attend(state, q, k, v, padding):
         if graphdef is None:
-            return jax.nn.dot_product_attention(q, k, v, is_causal=causal)
-        return nnx.merge(graphdef, state)(q, k, v, mask=None, causal=causal)
+            return jax.nn.dot_product_attention(q, k, v, is_causal=causal, key_value_seq_lengths=padding,
+                                                implementation=reference_implementation)
+        return nnx.merge(graphdef, state)(q, k, v, mask=padding, causal=causal)
 
-    def loss(q, k, v, state, cotangent):
-        return jnp.sum(attend(state, q, k, v) * cotangent)
+    def loss(q, k, v, state, cotangent, padding):
+        return jnp.sum(attend(state, q, k, v, padding) * cotangent)
 
     grad = jax.grad(loss, argnums=(0, 1, 2))
-    return jax.jit(lambda state, q, k, v, cotangent: grad(q, k, v, state, cotangent))
+    return jax.jit(lambda state, q, k, v, cotangent, padding: grad(q, k, v, state, cotangent, padding))
 
 
 def planned_memory(compiled) -> dict:
@@ -126,10 +190,32 @@ def planned_memory(compiled) -> dict:
     return {**parts, "total": parts["temp"] + parts["argument"] + parts["output"] - parts["alias"]}
 
 
-def random_inputs(key, batch: int, length: int, heads: int, head_dim: int):
-    """q, k, v and the output cotangent, each [B, L, H, D] standard normal float32."""
-    return tuple(jax.random.normal(part, (batch, length, heads, head_dim), jnp.float32)
+def counted_flops(compiled) -> float | None:
+    """XLA's cost analysis of a compiled program: its floating-point operations, or None if not given."""
+    try:
+        analysis = compiled.cost_analysis()
+    except Exception:  # noqa: BLE001  (a backend without cost analysis)
+        return None
+    analysis = analysis[0] if isinstance(analysis, (list, tuple)) and analysis else analysis
+    return float(analysis["flops"]) if analysis and "flops" in analysis else None
+
+
+def random_inputs(key, batch: int, length: int, heads: int, head_dim: int, dtype="float32"):
+    """q, k, v and the output cotangent, each [B, L, H, D] standard normal in `dtype`."""
+    return tuple(jax.random.normal(part, (batch, length, heads, head_dim), jnp.dtype(dtype))
                  for part in jax.random.split(key, 4))
+
+
+def valid_keys(length: int, padding: float) -> int:
+    """Keys left unmasked when the last `padding` fraction of `length` keys is padding (at least one)."""
+    return max(1, length - round(padding * length))
+
+
+def padding_inputs(batch: int, length: int, padding: float) -> dict:
+    """The same right padding as a kind's key mask [B, 1, 1, L] and as the reference's key lengths [B]."""
+    valid = valid_keys(length, padding)
+    mask = jnp.broadcast_to(jnp.arange(length) < valid, (batch, 1, 1, length))
+    return {"mask": mask, "lengths": jnp.full((batch,), valid, jnp.int32)}
 
 
 def seconds_per_call(program, arguments, calls: int) -> float:
@@ -157,42 +243,54 @@ class Candidate:
         # Already over budget once: one more call is the measurement, not `repeats` more.
         self.repeats = 1 if warmup_s > max_seconds else repeats
         self.seconds = []
+        self.flops = counted_flops(program)
 
     def time_once(self):
         if len(self.seconds) < self.repeats:
             self.seconds.append(seconds_per_call(self.program, self.arguments, self.calls))
 
 
-def _row(kind, causal, length, **fields) -> dict:
-    row = {"kind": kind, "causal": causal, "length": length, "ms": None, "ms_repeats": [], "calls_per_timing": None,
-           "bytes": None, "memory": None, "compile_s": None, "skipped": None}
+def _row(kind, causal, length, masked=False, **fields) -> dict:
+    row = {"kind": kind, "causal": causal, "masked": masked, "length": length, "valid_keys": None, "ms": None,
+           "ms_repeats": [], "calls_per_timing": None, "bytes": None, "memory": None, "flops": None,
+           "compile_s": None, "skipped": None}
     return {**row, **fields}
 
 
-def _compile(layer, causal, arguments):
+def _compile(layer, causal, arguments, reference_implementation=None):
     """(compiled program, its planned memory, compile seconds) of one kind at one length."""
     graphdef, _ = layer
     started = time.perf_counter()
-    compiled = gradient_program(graphdef, causal).lower(*arguments).compile()
+    compiled = gradient_program(graphdef, causal, reference_implementation).lower(*arguments).compile()
     return compiled, planned_memory(compiled), time.perf_counter() - started
 
 
-def measure_length(kinds, layers, causal, length, settings, stopped: dict) -> list[dict]:
-    """Rows of every kind at one length in one mode; updates `stopped` (kind -> reason) for larger ones."""
+def measure_length(kinds, layers, causal, length, settings, stopped: dict, masked: bool = False) -> list[dict]:
+    """Rows of every kind at one length in one mode; updates `stopped` (kind -> reason) for larger ones.
+
+    `kinds` are labels of `layers` (a registered kind, the reference, or any label scripts/bench_chunks.py
+    gives a configured kind). settings["reference_implementation"], if set, is what the reference runs."""
+    dtype = settings.get("dtype", "float32")
     key = jax.random.fold_in(jax.random.key(settings["seed"]), length)
-    inputs = random_inputs(key, settings["batch"], length, settings["heads"], settings["head_dim"])
+    inputs = random_inputs(key, settings["batch"], length, settings["heads"], settings["head_dim"], dtype)
+    padding = padding_inputs(settings["batch"], length, settings.get("padding", 0.1)) if masked else None
+    valid = valid_keys(length, settings.get("padding", 0.1)) if masked else None
     rows, candidates = {}, []
     for kind in kinds:
+        common = {"masked": masked, "valid_keys": valid}
         if kind in stopped:
-            rows[kind] = _row(kind, causal, length, skipped=stopped[kind])
+            rows[kind] = _row(kind, causal, length, skipped=stopped[kind], **common)
             continue
-        arguments = (layers[kind][1], *inputs)
-        compiled, memory, compile_s = _compile(layers[kind], causal, arguments)
+        graphdef = layers[kind][0]
+        kind_padding = None if padding is None else padding["lengths" if graphdef is None else "mask"]
+        arguments = (layers[kind][1], *inputs, kind_padding)
+        compiled, memory, compile_s = _compile(layers[kind], causal, arguments,
+                                               settings.get("reference_implementation"))
         if memory["total"] > settings["max_memory_gb"] * 2**30:
             reason = f"planned memory {memory['total'] / 2**30:.2f} GiB > --max_memory_gb={settings['max_memory_gb']}"
             stopped[kind] = f"{reason} at L={length}"
             rows[kind] = _row(kind, causal, length, skipped=reason, bytes=memory["total"], memory=memory,
-                              compile_s=compile_s)
+                              compile_s=compile_s, **common)
             continue
         warmup_s = seconds_per_call(compiled, arguments, 1)  # sets `calls`
         candidates.append(Candidate(kind, compiled, arguments, memory, compile_s, warmup_s,
@@ -205,7 +303,7 @@ def measure_length(kinds, layers, causal, length, settings, stopped: dict) -> li
         rows[candidate.kind] = _row(
             candidate.kind, causal, length, ms=ms, ms_repeats=[1e3 * s for s in candidate.seconds],
             calls_per_timing=candidate.calls, bytes=candidate.memory["total"], memory=candidate.memory,
-            compile_s=candidate.compile_s)
+            flops=candidate.flops, compile_s=candidate.compile_s, masked=masked, valid_keys=valid)
         slowest = max(ms / 1e3, candidate.warmup_s)
         if slowest > settings["max_seconds"]:
             stopped[candidate.kind] = f"forward+backward {slowest:.2f} s > --max_seconds={settings['max_seconds']} at L={length}"
@@ -214,14 +312,19 @@ def measure_length(kinds, layers, causal, length, settings, stopped: dict) -> li
 
 def measure(kinds: list[str], lengths: list[int], settings: dict, log=print) -> dict:
     """Every kind x mode x length as rows; `settings` holds batch, heads, head_dim, num_features, repeats,
-    max_seconds, max_memory_gb and seed."""
-    options = {kind: kind_options(kind, settings["num_features"]) for kind in kinds}
-    layers = {kind: build_layer(kind, settings["heads"], settings["head_dim"], options[kind]) for kind in kinds}
+    max_seconds, max_memory_gb, seed and, optional, dtype ("float32"), implementation ("auto"), masks
+    (["none"]) and padding (0.1)."""
+    settings = {"dtype": "float32", "implementation": "auto", "masks": ["none"], "padding": 0.1, **settings}
+    selected = selected_implementation(settings["implementation"], settings)
+    settings["reference_implementation"] = selected
+    options = {kind: kind_options(kind, settings["num_features"], settings["implementation"]) for kind in kinds}
+    layers = {kind: build_layer(kind, settings["heads"], settings["head_dim"], options[kind], settings["dtype"])
+              for kind in kinds}
     rows, started = [], time.perf_counter()
-    for mode, causal in MODES.items():
+    for mode, (causal, masked) in modes(settings["masks"]).items():
         stopped = {}
         for length in lengths:
-            measured = measure_length(kinds, layers, causal, length, settings, stopped)
+            measured = measure_length(kinds, layers, causal, length, settings, stopped, masked)
             rows.extend(measured)
             log(f"[{time.perf_counter() - started:6.1f} s] {mode} L={length}: " + ", ".join(map(_brief, measured)))
     return {"machine": machine(), "settings": {**settings, "kinds": kinds, "lengths": lengths},
@@ -244,16 +347,25 @@ def machine() -> dict:
     device = jax.devices()[0]
     return {"platform": device.platform, "device": device.device_kind, "device_count": jax.device_count(),
             "cpu_count": os.cpu_count(), "processor": platform.processor() or platform.machine(),
-            "jax": jax.__version__}
+            "jax": jax.__version__,
+            # On a GPU, float32 matmuls run in TF32 unless this says "highest" (JAX_DEFAULT_MATMUL_PRECISION).
+            "matmul_precision": jax.config.jax_default_matmul_precision}
 
 
 # --- reports -------------------------------------------------------------------------------------------------
 
 
 def _lookup(result: dict) -> dict:
-    """(mode, kind, length) -> row."""
-    causal_to_mode = {causal: mode for mode, causal in MODES.items()}
-    return {(causal_to_mode[row["causal"]], row["kind"], row["length"]): row for row in result["rows"]}
+    """(mode, kind, length) -> row. Rows without "masked" (results written before the masked modes)
+    are unmasked."""
+    return {(mode_name(row["causal"], row.get("masked", False)), row["kind"], row["length"]): row
+            for row in result["rows"]}
+
+
+def result_modes(result: dict) -> list[str]:
+    """The modes a result measured, in MODES' order."""
+    measured = {mode_name(row["causal"], row.get("masked", False)) for row in result["rows"]}
+    return [mode for mode in MODES if mode in measured]
 
 
 def _ratio(numerator: dict | None, denominator: dict | None) -> float | None:
@@ -267,13 +379,20 @@ def _ratio_columns(kinds: list[str]) -> list[tuple[str, str]]:
     return [(a, b) for a, b in (("softmax", "linear"), ("softmax", REFERENCE)) if a in kinds and b in kinds]
 
 
+def _ratio_header(a: str, b: str, mode: str) -> str:
+    if b == REFERENCE and not MODES[mode][1]:
+        return f"{a}/{b} (same call)"  # no mask: our softmax makes the reference's call, ~1.0 by construction
+    return f"{a}/{b}"
+
+
 def summary(result: dict, mode: str) -> str:
     """Crossover (smallest L at which linear is faster than softmax) and softmax/linear at L=8192."""
     kinds, lengths = result["settings"]["kinds"], result["settings"]["lengths"]
     if "softmax" not in kinds or "linear" not in kinds:
         return f"{mode}: no crossover: needs both softmax and linear in --kinds"
     rows = _lookup(result)
-    both = [(length, _ratio(rows[mode, "softmax", length], rows[mode, "linear", length])) for length in lengths]
+    both = [(length, _ratio(rows.get((mode, "softmax", length)), rows.get((mode, "linear", length))))
+            for length in lengths]
     both = [(length, ratio) for length, ratio in both if ratio is not None]
     if not both:
         return f"{mode}: no length with both softmax and linear measured"
@@ -282,6 +401,21 @@ def summary(result: dict, mode: str) -> str:
                  else f"linear not faster than softmax up to L={both[-1][0]}")
     at_8k = dict(both).get(8192)
     return f"{mode}: {crossover}; softmax/linear at L=8192: " + ("not measured" if at_8k is None else f"{at_8k:.2f}x")
+
+
+def reference_summary(result: dict, mode: str) -> str | None:
+    """softmax/reference over the lengths of a masked mode (what our masked path costs), or None."""
+    if not MODES[mode][1] or not {"softmax", REFERENCE} <= set(result["settings"]["kinds"]):
+        return None
+    rows = _lookup(result)
+    ratios = [(length, _ratio(rows.get((mode, "softmax", length)), rows.get((mode, REFERENCE, length))))
+              for length in result["settings"]["lengths"]]
+    ratios = [(length, ratio) for length, ratio in ratios if ratio is not None]
+    if not ratios:
+        return f"{mode}: softmax/reference: no length with both measured"
+    low, high = min(ratio for _, ratio in ratios), max(ratio for _, ratio in ratios)
+    return (f"{mode}: softmax/reference (key padding) {low:.2f}-{high:.2f}x over L={ratios[0][0]}.."
+            f"{ratios[-1][0]}, at L={ratios[-1][0]}: {ratios[-1][1]:.2f}x")
 
 
 def _cell(row: dict | None, field: str, scale: float) -> str:
@@ -296,12 +430,12 @@ def table(result: dict, mode: str, field: str = "ms") -> str:
     rows = _lookup(result)
     unit, scale = ("ms", 1.0) if field == "ms" else ("MiB", MIB)
     ratios = _ratio_columns(kinds) if field == "ms" else []
-    header = ["L", *(f"{kind} {unit}" for kind in kinds), *(f"{a}/{b}" for a, b in ratios)]
+    header = ["L", *(f"{kind} {unit}" for kind in kinds), *(_ratio_header(a, b, mode) for a, b in ratios)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---:|" * len(header)]
     for length in lengths:
         cells = [f"{length:,}", *(_cell(rows.get((mode, kind, length)), field, scale) for kind in kinds)]
         for a, b in ratios:
-            ratio = _ratio(rows[mode, a, length], rows[mode, b, length])
+            ratio = _ratio(rows.get((mode, a, length)), rows.get((mode, b, length)))
             cells.append("-" if ratio is None else f"{ratio:.2f}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -316,45 +450,66 @@ def _skip_notes(result: dict, mode: str) -> list[str]:
     return list(notes.values())
 
 
+def _mode_note(result: dict, mode: str) -> str:
+    settings = result["settings"]
+    if MODES[mode][1]:
+        return (f"The last {settings.get('padding', 0.1):.0%} of the keys are padding: every kind gets the "
+                f"boolean mask [B, 1, 1, L], `{REFERENCE}` the same padding as `key_value_seq_lengths`.\n")
+    return (f"No mask: softmax makes the same `jax.nn.dot_product_attention` call as `{REFERENCE}`, so "
+            f"softmax/{REFERENCE} is a sanity check (~1.0 by construction), not a comparison.\n")
+
+
 def markdown(result: dict) -> str:
     s = result["settings"]
     m = result["machine"]
+    dtype = s.get("dtype", "float32")
+    implementation = (f"`--implementation={s['implementation']}` (softmax and `{REFERENCE}` run "
+                      f"{s['reference_implementation']}); " if "implementation" in s else "")
     lines = ["# One attention layer, forward+backward (grad w.r.t. q, k, v)\n",
-             f"B={s['batch']}, H={s['heads']}, D={s['head_dim']}, float32; median of {s['repeats']} timings; "
+             f"B={s['batch']}, H={s['heads']}, D={s['head_dim']}, {dtype}; {implementation}"
+             f"median of {s['repeats']} timings; "
              f"{m['platform']} ({m['device']}), {m['cpu_count']} CPUs, jax {m['jax']}. "
              f"`{REFERENCE}` is `jax.nn.dot_product_attention`. Memory is XLA's planned buffer size "
              f"(temp + arguments + outputs), not RSS.\n"]
-    for mode in MODES:
-        lines += [f"## {mode}\n", "Time (ms):\n", table(result, mode), "", "Planned memory (MiB):\n",
-                  table(result, mode, "bytes"), ""]
+    for mode in result_modes(result):
+        lines += [f"## {mode}\n", _mode_note(result, mode), "Time (ms):\n", table(result, mode), "",
+                  "Planned memory (MiB):\n", table(result, mode, "bytes"), ""]
         lines += _skip_notes(result, mode) + ["", f"**{summary(result, mode)}**", ""]
+        if reference := reference_summary(result, mode):
+            lines += [f"**{reference}**", ""]
     return "\n".join(lines)
 
 
 def plot(result: dict, path: str) -> str:
-    """Log-log time against L, a line per kind; panels bidirectional and causal."""
+    """Log-log time against L, a line per kind; a panel per mode (bidirectional and causal, a row per mask)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rows = _lookup(result)
-    fig, axes = plt.subplots(1, len(MODES), figsize=(11, 4.2), sharey=True, squeeze=False, layout="constrained")
-    for ax, mode in zip(axes[0], MODES):
-        for kind in result["settings"]["kinds"]:
-            points = [(length, rows[mode, kind, length]["ms"]) for length in result["settings"]["lengths"]
-                      if rows[mode, kind, length]["ms"] is not None]
-            if points:
-                label = "reference (jax.nn.dot_product_attention)" if kind == REFERENCE else kind
-                ax.plot(*zip(*points), marker="o", label=label)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_title(mode)
-        ax.set_xlabel("sequence length L")
-        ax.grid(True, which="both", alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
-    axes[0, 0].set_ylabel("forward+backward ms")
+    measured = result_modes(result) or ["bidirectional", "causal"]
+    grid = [[mode for mode in measured if MODES[mode][1] == masked] for masked in (False, True)]
+    grid = [line for line in grid if line]
+    columns = max(len(line) for line in grid)
+    fig, axes = plt.subplots(len(grid), columns, figsize=(5.5 * columns, 4.2 * len(grid)), sharey=True,
+                             squeeze=False, layout="constrained")
+    for ax_row, line in zip(axes, grid):
+        for ax, mode in zip(ax_row, line):
+            for kind in result["settings"]["kinds"]:
+                points = [(length, rows[mode, kind, length]["ms"]) for length in result["settings"]["lengths"]
+                          if (mode, kind, length) in rows and rows[mode, kind, length]["ms"] is not None]
+                if points:
+                    label = "reference (jax.nn.dot_product_attention)" if kind == REFERENCE else kind
+                    ax.plot(*zip(*points), marker="o", label=label)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_title(mode)
+            ax.set_xlabel("sequence length L")
+            ax.grid(True, which="both", alpha=0.3)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=8)
+        ax_row[0].set_ylabel("forward+backward ms")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -376,41 +531,65 @@ def write_reports(result: dict, out: str, stem: str = "attention", to_markdown=m
 # --- command line ------------------------------------------------------------------------------------------
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--kinds", default=DEFAULT_KINDS,
-                        help=f"comma-separated registered kinds and/or '{REFERENCE}' (jax.nn.dot_product_attention)")
-    parser.add_argument("--lengths", default=DEFAULT_LENGTHS, help="comma-separated sequence lengths")
+def add_common_arguments(parser, lengths: str) -> None:
+    """The arguments bench_attention and bench_chunks share: the shapes, dtype, timing and budgets."""
+    parser.add_argument("--lengths", default=lengths, help="comma-separated sequence lengths")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--head_dim", type=int, default=64)
     parser.add_argument("--num_features", type=int, default=64, help="for the kinds that take it (performer)")
+    parser.add_argument("--dtype", default="float32", choices=DTYPES,
+                        help="of the inputs and the module's floating state")
+    parser.add_argument("--implementation", default="auto", choices=fused.IMPLEMENTATIONS,
+                        help="softmax's (and the reference's) kernel, for the kinds that take it: see "
+                             "attention/fused.py; cudnn is refused where it cannot run")
     parser.add_argument("--repeats", type=int, default=5, help="timings per measurement; the median is kept")
     parser.add_argument("--max_seconds", type=float, default=10.0,
                         help="a kind slower than this per forward+backward skips its larger lengths")
     parser.add_argument("--max_memory_gb", type=float, default=8.0,
                         help="a kind whose planned memory exceeds this (GiB) is skipped from that length on")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="reports/bench")
-    args = parser.parse_args(argv)
-    for name in ("batch", "heads", "head_dim", "num_features", "repeats"):
+
+
+def check_positive(parser, args, names=("batch", "heads", "head_dim", "num_features", "repeats")) -> None:
+    for name in names:
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kinds", default=DEFAULT_KINDS,
+                        help=f"comma-separated registered kinds and/or '{REFERENCE}' (jax.nn.dot_product_attention)")
+    add_common_arguments(parser, DEFAULT_LENGTHS)
+    parser.add_argument("--masks", default=",".join(MASKS),
+                        help="comma-separated: none (no mask), padding (the last --padding of the keys masked)")
+    parser.add_argument("--padding", type=float, default=0.1, help="fraction of the keys padded in mode padding")
+    parser.add_argument("--out", default="reports/bench")
+    args = parser.parse_args(argv)
+    check_positive(parser, args)
+    if not 0 <= args.padding < 1:
+        parser.error(f"--padding must be in [0, 1), got {args.padding}")
     return args
+
+
+SETTINGS = ("batch", "heads", "head_dim", "num_features", "dtype", "implementation", "repeats", "max_seconds",
+            "max_memory_gb", "seed")
 
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    kinds, lengths = parse_kinds(args.kinds), parse_lengths(args.lengths)
-    settings = {name: getattr(args, name) for name in
-                ("batch", "heads", "head_dim", "num_features", "repeats", "max_seconds", "max_memory_gb", "seed")}
-    result = measure(kinds, lengths, settings)
+    kinds, lengths, masks = parse_kinds(args.kinds), parse_lengths(args.lengths), parse_masks(args.masks)
+    settings = {name: getattr(args, name) for name in SETTINGS}
+    result = measure(kinds, lengths, {**settings, "masks": masks, "padding": args.padding})
     paths = write_reports(result, args.out)
-    for mode in MODES:
+    for mode in result_modes(result):
         print(f"\n{mode} (ms):\n{table(result, mode)}")
     print()
-    for mode in MODES:
+    for mode in result_modes(result):
         print(summary(result, mode))
+        if reference := reference_summary(result, mode):
+            print(reference)
     print(f"{len(result['rows'])} measurements in {result['elapsed_s']:.0f} s; written: {', '.join(paths)}")
     return result
 

@@ -14,6 +14,7 @@ import argparse
 import concurrent.futures
 import json
 import os
+import queue
 import shlex
 import subprocess
 import sys
@@ -24,7 +25,9 @@ sys.path.insert(0, ROOT)  # run as a script from anywhere: the repository's pack
 
 from analysis import report  # noqa: E402
 from configs import studies  # noqa: E402
+from training import devices  # noqa: E402
 
+JOBS_HELP = "training processes at once (default: one per GPU, one on a TPU, one per CPU core without them)"
 Job = tuple[str, list[str], str]  # (label, train.py command, workdir) of one (run, seed)
 
 
@@ -46,7 +49,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--task", required=True, choices=sorted(studies.presets()))
     parser.add_argument("--preset", default="quick", help="see configs/studies.py")
     parser.add_argument("--seeds", type=positive_int, help="seeds per run (default: the study's)")
-    parser.add_argument("--jobs", type=positive_int, default=os.cpu_count(), help="training processes at once")
+    parser.add_argument("--jobs", type=positive_int, help=JOBS_HELP)
     parser.add_argument("--only", default="", help="comma-separated subset of the study's run names")
     parser.add_argument("--runs_dir", default="runs/compare")
     parser.add_argument("--reports_dir", default="reports")
@@ -103,21 +106,6 @@ def is_finished(workdir: str) -> bool:
     return _read_json(eval_path)["step"] == _read_json(config_path)["num_train_steps"]
 
 
-def train_env(jobs: int) -> dict[str, str] | None:
-    """Environment of parallel training processes; None (inherit ours) for a single one."""
-    if jobs == 1:
-        return None
-    return {
-        **os.environ,
-        # Size of the XLA CPU client's thread pool, one per core by default, so that N processes would
-        # run N x cores threads. --xla_cpu_multi_thread_eigen=false does not shrink it (measured on jax
-        # 0.10.2: a jitted matmul still ran on 4 threads); PJRT_NPROC=1 runs it on 1.
-        "PJRT_NPROC": "1",
-        # On an accelerator, each process would otherwise reserve 75% of its memory at start.
-        "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
-    }
-
-
 def train(command: list[str], workdir: str, env: dict[str, str] | None) -> bool:
     """Runs train.py, appending its output to <workdir>/train.log; True when it exited cleanly."""
     os.makedirs(workdir, exist_ok=True)
@@ -132,23 +120,44 @@ def _train_timed(command: list[str], workdir: str, env: dict[str, str] | None) -
     return ok, time.time() - started
 
 
-def train_all(jobs: list[Job], workers: int):
-    """Trains the jobs, `workers` at a time; yields (label, workdir, ok, seconds)
-    as each ends.
+def train_all(jobs: list[Job], environments: list[dict | None]):
+    """Trains the jobs, one per environment at a time (devices.job_environments: each pinned to its
+    device); yields (label, workdir, ok, seconds) as each ends.
 
     The first job runs alone: it builds the dataset and tokenizer in the shared data directory, which
     parallel processes would otherwise race to build.
     """
     if not jobs:
         return
-    env = train_env(workers)
     (label, command, workdir), rest = jobs[0], jobs[1:]
-    yield (label, workdir, *_train_timed(command, workdir, env))
-    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(_train_timed, command, workdir, env): (label, workdir)
+    yield (label, workdir, *_train_timed(command, workdir, environments[0]))
+    free = queue.Queue()
+    for env in environments:
+        free.put(env)
+
+    def train_on_free_slot(command, workdir):
+        env = free.get()
+        try:
+            return _train_timed(command, workdir, env)
+        finally:
+            free.put(env)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(environments)) as pool:
+        futures = {pool.submit(train_on_free_slot, command, workdir): (label, workdir)
                    for label, command, workdir in rest}
         for future in concurrent.futures.as_completed(futures):
             yield (*futures[future], *future.result())
+
+
+def job_environments(workers: int | None) -> list[dict | None]:
+    """One environment per concurrent training process: `workers` of them, or by default one per
+    accelerator of this machine (one per CPU core without one); see training/devices.py."""
+    if workers == 1:
+        return [None]
+    info = devices.probe()
+    workers = workers or devices.default_jobs(info)
+    print(f"{workers} training process(es) at once on {devices.describe(info)}", flush=True)
+    return devices.job_environments(info, workers)
 
 
 def final_validation(workdir: str) -> dict:
@@ -205,15 +214,19 @@ def select_by_validation(task: str, results: dict[str, list[dict]],
     return selected
 
 
-def run_jobs(jobs: list[Job], workers: int) -> list[str]:
-    """Trains the unfinished jobs, `workers` at a time, printing a progress line as each ends (and one for
+def run_jobs(jobs: list[Job], workers: int | None) -> list[str]:
+    """Trains the unfinished jobs, `workers` at a time (None: `job_environments`' default), printing a progress line as each ends (and one for
     each job finished earlier, skipped); returns the labels of the jobs that failed."""
     skipped = [job for job in jobs if is_finished(job[2])]
     pending = [job for job in jobs if job not in skipped]
     for index, (label, _, _) in enumerate(skipped, 1):
         print(f"[{index}/{len(jobs)}] {label}: finished earlier, skipped", flush=True)
     failed = []
-    for index, (label, workdir, ok, seconds) in enumerate(train_all(pending, workers), len(skipped) + 1):
+    try:
+        environments = job_environments(workers) if pending else [None]
+    except ValueError as error:
+        raise SystemExit(str(error)) from None
+    for index, (label, workdir, ok, seconds) in enumerate(train_all(pending, environments), len(skipped) + 1):
         status = "done" if ok else f"FAILED (see {os.path.join(workdir, 'train.log')})"
         print(f"[{index}/{len(jobs)}] {label}: {status} in {seconds:.0f}s", flush=True)
         if not ok:

@@ -231,7 +231,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     own, extra = compare.split_extra(argv)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sweep", help="a sweep definition, e.g. sweeps/mlm.yaml")
-    parser.add_argument("--jobs", type=compare.positive_int, default=os.cpu_count(), help="training processes at once")
+    parser.add_argument("--jobs", type=compare.positive_int, help=compare.JOBS_HELP)
     parser.add_argument("--only", action="append", default=[], metavar="FIELD=VALUE[,VALUE...]",
                         help="train only the points with these values (repeatable); reports cover the whole grid")
     parser.add_argument("--runs_dir", default="runs/sweeps")

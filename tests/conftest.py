@@ -4,9 +4,40 @@ import os
 import pytest
 
 os.environ["WANDB_MODE"] = "disabled"
-# The suite compiles hundreds of tiny programs: LLVM's optimisation is about a quarter of its CPU time
-# and buys nothing at these shapes. Set before any test module imports JAX.
-os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0".strip()
+# The suite runs on the CPU, also on a machine with a GPU or TPU: its parallel workers would each take the
+# accelerator (75% of a GPU's memory each; a TPU's chips go to the first, the others fall back quietly).
+# TEST_ACCELERATOR=1 (make test-accelerator) runs the tests marked `accelerator` on it, in one process.
+ON_ACCELERATOR = os.environ.get("TEST_ACCELERATOR") == "1"
+if ON_ACCELERATOR:
+    os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+    # GPUs multiply float32 matrices in TF32 (10-bit mantissa) by default; the references need float32.
+    os.environ["JAX_DEFAULT_MATMUL_PRECISION"] = "highest"
+else:
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    # The suite compiles hundreds of tiny programs: LLVM's optimisation is about a quarter of its CPU time
+    # and buys nothing at these shapes. Set before any test module imports JAX.
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0".strip()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "accelerator: worth running on a GPU or TPU too (make test-accelerator)")
+
+
+def _where_tests_ran() -> str:
+    import jax
+
+    devices = jax.devices()
+    where = f"{len(devices)} x {devices[0].device_kind} ({devices[0].platform}), jax {jax.__version__}"
+    if ON_ACCELERATOR and devices[0].platform == "cpu":
+        return f"TEST_ACCELERATOR=1, but JAX sees no accelerator: tests on the CPU: {where}"
+    if ON_ACCELERATOR:
+        return f"tests on the accelerator: {where}"
+    return f"tests on the CPU: {where} (TEST_ACCELERATOR=1 or make test-accelerator: the accelerator subset)"
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Printed last, also under -q, where the report header is not."""
+    terminalreporter.write_line(_where_tests_ran())
 
 
 @pytest.fixture(scope="session")

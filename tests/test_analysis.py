@@ -1,9 +1,13 @@
 import math
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from analysis import plots, rank
+from models import MaskedLanguageModel, TransformerSpec
+from training import evaluate
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -106,7 +110,8 @@ def attention_fixture(rng):
 def test_summarize_attention_uses_only_unpadded_blocks(attention_fixture):
     weights, query_lengths, key_lengths = attention_fixture
     rank_bounds = {"encoder_self": 3, "cross": None}
-    rows = rank.summarize_attention(weights, query_lengths, key_lengths, rank_bounds)
+    spectra = rank.attention_spectra(weights, query_lengths, key_lengths)
+    rows = rank.summarize_attention(spectra, query_lengths, key_lengths, rank_bounds)
 
     assert len(rows) == 2 * NUM_LAYERS * NUM_HEADS
     assert [r["role"] for r in rows] == ["encoder_self"] * 4 + ["cross"] * 4
@@ -139,8 +144,95 @@ def test_mean_spectrum_of_identities_ignores_padding():
     w = np.full((1, 2, 3, 4, 4), 7.0)
     w[:, 0, :, :2, :2] = np.eye(2)
     w[:, 1] = np.eye(4)
-    spectrum = rank.mean_spectrum(w, np.array([2, 4]), np.array([2, 4]))
+    lengths = {"encoder_self": np.array([2, 4])}
+    spectra = rank.attention_spectra({"encoder_self": w}, lengths, lengths)
+    spectrum = rank.mean_spectrum(spectra["encoder_self"], lengths["encoder_self"], lengths["encoder_self"])
     np.testing.assert_allclose(spectrum, [[1.0, 1.0, 0.5, 0.5]])
+
+
+# --- attention_spectra (device, batched, padded) against rank_metrics (numpy float64, one block at a time) ---
+
+# Both sides are float64 SVDs of the same float32 or float64 entries, which differ by round-off only.
+RANK_RTOL = 1e-9
+
+
+def metrics_per_block(weights, query_lengths, key_lengths) -> dict:
+    """[layers, examples, heads] arrays of rank_metrics of each example's unpadded block."""
+    weights = np.asarray(weights)
+    metrics = {name: np.zeros(weights.shape[:3]) for name in rank.METRIC_NAMES}
+    for layer, e, head in np.ndindex(weights.shape[:3]):
+        block = weights[layer, e, head, : query_lengths[e], : key_lengths[e]]
+        for name, value in rank.rank_metrics(block).items():
+            metrics[name][layer, e, head] = value
+    return metrics
+
+
+def assert_device_ranks_match(weights, query_lengths, key_lengths) -> dict:
+    """The device path's metrics of every block equal numpy's: the numerical rank exactly, the effective
+    and stable ranks within RANK_RTOL. Returns numpy's."""
+    lengths = {"role": np.asarray(query_lengths)}, {"role": np.asarray(key_lengths)}
+    spectra = rank.attention_spectra({"role": weights}, *lengths)["role"]
+    actual = rank.spectrum_metrics(spectra, np.maximum(query_lengths, key_lengths)[:, None])
+    expected = metrics_per_block(weights, query_lengths, key_lengths)
+    np.testing.assert_array_equal(actual["numerical_rank"], expected["numerical_rank"])
+    for name in ("effective_rank", "stable_rank"):
+        np.testing.assert_allclose(actual[name], expected[name], rtol=RANK_RTOL)
+    return expected
+
+
+@pytest.mark.parametrize("num_queries", [40, 24])
+def test_device_ranks_of_products_of_known_rank(rng, num_queries):
+    ranks = np.array([[1, 3], [5, 8], [12, 20]])  # [examples, heads]
+    weights = np.zeros((1, *ranks.shape, num_queries, 40), np.float32)
+    for e, head in np.ndindex(ranks.shape):
+        r = ranks[e, head]
+        weights[0, e, head] = rng.normal(size=(num_queries, r)) @ rng.normal(size=(r, 40))
+    lengths = np.full(len(ranks), num_queries), np.full(len(ranks), 40)
+    expected = assert_device_ranks_match(weights, *lengths)
+    np.testing.assert_array_equal(expected["numerical_rank"][0], ranks)
+
+
+def test_device_ranks_of_padded_examples_of_different_lengths(attention_fixture):
+    weights, query_lengths, key_lengths = attention_fixture
+    for role in weights:
+        assert_device_ranks_match(weights[role], query_lengths[role], key_lengths[role])
+    # Each example's spectrum: its block's min(lq, lk) singular values, then exact zeros.
+    spectra = rank.attention_spectra(weights, query_lengths, key_lengths)
+    for role, w in weights.items():
+        for e, (lq, lk) in enumerate(zip(query_lengths[role], key_lengths[role])):
+            block_spectra = rank.singular_values(w[:, e, :, :lq, :lk])
+            np.testing.assert_allclose(spectra[role][:, e, :, : min(lq, lk)], block_spectra, rtol=RANK_RTOL)
+            assert np.all(spectra[role][:, e, :, min(lq, lk):] == 0.0)
+
+
+def softmax_of_random_scores(seed, heads=16, length=256, dim=4, temperature=2.0) -> np.ndarray:
+    """[1, 1, heads, length, length] float32 softmax(temperature * q k^T / sqrt(dim)), q and k normal."""
+    rng = np.random.default_rng(seed)
+    q, k = rng.normal(size=(2, heads, length, dim))
+    scores = temperature * q @ k.transpose(0, 2, 1) / np.sqrt(dim)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    return (weights / weights.sum(-1, keepdims=True)).astype(np.float32)[None, None]
+
+
+def test_device_numerical_rank_of_softmax_near_the_threshold():
+    # A spectrum that decays through the threshold, with a singular value close to it: for head 8 of these
+    # draws a float32 SVD counted 205 on this machine where float64 counts 206. The device's SVD is float64.
+    weights = softmax_of_random_scores(seed=20)[:, :, 8:9]
+    lengths = np.array([256])
+    assert 150 < assert_device_ranks_match(weights, lengths, lengths)["numerical_rank"].item() < 256
+
+
+@pytest.mark.parametrize("kind", ["softmax", "linear"])
+def test_device_ranks_of_a_tiny_models_attention(rng, kind):
+    spec = TransformerSpec(num_layers=2, d_model=16, num_heads=2, mlp_dim=32, dropout_rate=0.0, max_len=24,
+                           attention={"encoder_self": kind})
+    model = MaskedLanguageModel(20, spec, rngs=nnx.Rngs(0))
+    lengths = np.array([24, 17, 9])
+    inputs = np.where(np.arange(24) < lengths[:, None], rng.integers(4, 20, (3, 24)), 0)  # 0 is the padding id
+    weights = evaluate.attention_weights(model, lambda m, b: m(b["inputs"]), {"inputs": jnp.asarray(inputs)})
+    numerical = assert_device_ranks_match(weights["encoder_self"], lengths, lengths)["numerical_rank"]
+    if kind == "linear":  # elu + 1 features of 8-wide heads: rank at most 8
+        assert np.all(numerical <= 8)
 
 
 def assert_png(path):

@@ -8,6 +8,8 @@ from flax import nnx
 import attention
 from attention import feature_maps
 
+pytestmark = pytest.mark.accelerator  # make test-accelerator runs these on the GPU or TPU
+
 B, L, H, D = 2, 13, 3, 4  # L > D so that the rank bound of linear attention binds
 
 
@@ -185,3 +187,42 @@ def test_registry_lists_kinds_and_rejects_unknown_names():
 def test_multi_head_wrapper_rejects_indivisible_width():
     with pytest.raises(ValueError, match="not divisible"):
         attention.MultiHeadAttention("softmax", d_model=10, num_heads=3, rngs=nnx.Rngs(0))
+
+
+def test_chunk_size_zero_is_the_size_chunking_picks(monkeypatch):
+    """chunk_size=0 (`attention.chunk_size = 0`) runs attention/chunking.py's size for the platform and
+    length: the output of that size given explicitly, and exact against the dense reference."""
+    from attention import chunking
+
+    q, k, v, key_valid = _inputs(seed=1)
+    expected, _ = reference_linear(q, k, v, _allowed(key_valid, L, True))
+    size = chunking.chunk_size_for(jax.default_backend(), L)
+    auto = _create("linear", chunk_size=0)(q, k, v, _mask(key_valid), causal=True)
+    np.testing.assert_array_equal(auto, _create("linear", chunk_size=size)(q, k, v, _mask(key_valid), causal=True))
+    np.testing.assert_allclose(auto, expected, atol=2e-5, rtol=2e-5)
+    # The size is looked up at trace time: a table entry below L (here 4, in chunks that do not divide L).
+    monkeypatch.setattr(chunking, "chunk_size_for", lambda platform, length: 4)
+    auto = _create("linear", chunk_size=0)(q, k, v, _mask(key_valid), causal=True)
+    np.testing.assert_array_equal(auto, _create("linear", chunk_size=4)(q, k, v, _mask(key_valid), causal=True))
+
+
+def test_chunking_table_gives_a_positive_size_everywhere():
+    from attention import chunking
+
+    for platform in ("cpu", "gpu", "cuda", "rocm", "tpu", "unknown"):
+        sizes = [chunking.chunk_size_for(platform, length) for length in (1, 13, 256, 1024, 8192, 10**6)]
+        assert all(isinstance(size, int) and size >= 1 for size in sizes), (platform, sizes)
+    assert chunking.chunk_size_for("unknown", 8192) == chunking.DEFAULT_CHUNK
+    assert chunking.chunk_size_for("cuda", 8192) == chunking.chunk_size_for("gpu", 8192)
+
+
+def test_config_chunk_size_zero_is_valid_and_negative_is_not():
+    from configs import recall as recall_config
+    from training import validate
+
+    config = recall_config.get_config("tiny")
+    config.attention.name, config.attention.chunk_size = "linear", 0
+    validate.validate(config)
+    config.attention.chunk_size = -1
+    with pytest.raises(validate.ConfigError, match="attention.chunk_size=-1 must be an integer >= 0"):
+        validate.validate(config)

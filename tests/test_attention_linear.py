@@ -11,6 +11,8 @@ from flax import nnx
 import attention
 from attention import feature_maps
 
+pytestmark = pytest.mark.accelerator  # make test-accelerator runs these on the GPU or TPU
+
 B, L, H, D = 2, 13, 3, 4
 KINDS = ["cosformer", "exp_limit", "hedgehog", "performer", "relu", "taylor"]
 

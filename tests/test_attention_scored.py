@@ -14,6 +14,8 @@ import attention.hard  # noqa: F401  (registration side effect)
 import attention.local  # noqa: F401
 import attention.scored  # noqa: F401
 
+pytestmark = pytest.mark.accelerator  # make test-accelerator runs these on the GPU or TPU
+
 B, L, H, D = 2, 13, 3, 4
 WINDOW, TOP_K = 3, 2
 KINDS = ("dot", "scaled_dot", "multiplicative", "additive", "gaussian", "local", "local_predictive", "hard")

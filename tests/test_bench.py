@@ -1,14 +1,20 @@
-"""scripts/bench_attention.py and scripts/bench_decode.py at tiny sizes: the rows, tables and plot they
-write, and bench_attention's budgets. No speed is asserted: only that every measurement is present,
-positive, or skipped for the stated reason."""
+"""scripts/bench_attention.py, bench_chunks.py and bench_decode.py at tiny sizes: the rows, tables and plot
+they write, bench_attention's budgets, dtype, implementation and masked modes. No speed is asserted: only
+that every measurement is present, positive, or skipped for the stated reason."""
 import json
 
+import jax
 import pytest
 
-from scripts import bench_attention, bench_decode
+from attention import chunking
+from scripts import bench_attention, bench_chunks, bench_decode
 
 TINY = ["--lengths=16,32", "--batch=1", "--heads=2", "--head_dim=8", "--repeats=2"]
-KINDS = ["softmax", "linear"]
+KINDS = ["softmax", "linear", "reference"]
+# One run, at one length (compiling dominates), covers the new axes too: bfloat16 inputs, an explicit
+# implementation, both masks (the default).
+TINY_RUN = [*TINY, "--lengths=16", f"--kinds={','.join(KINDS)}", "--dtype=bfloat16", "--implementation=xla"]
+VALID_KEYS = {16: 14}  # the last 10% (rounded) of the keys are padding
 
 
 def _rows(out):
@@ -16,59 +22,95 @@ def _rows(out):
 
 
 def _by_key(rows):
-    return {(row["kind"], row["causal"], row["length"]): row for row in rows}
+    return {(row["kind"], row["causal"], row["masked"], row["length"]): row for row in rows}
 
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
-    bench_attention.main([*TINY, f"--kinds={','.join(KINDS)}", f"--out={out}"])
+    bench_attention.main([*TINY_RUN, f"--out={out}"])
     return out
 
 
 def test_every_kind_mode_and_length_is_measured(tiny_run):
     rows = _by_key(_rows(tiny_run))
-    expected = {(kind, causal, length) for kind in KINDS for causal in (False, True) for length in (16, 32)}
+    expected = {(kind, causal, masked, length) for kind in KINDS for causal in (False, True)
+                for masked in (False, True) for length in (16,)}
     assert set(rows) == expected and len(_rows(tiny_run)) == len(expected)
     for row in rows.values():
         assert row["skipped"] is None
         assert row["ms"] > 0 and len(row["ms_repeats"]) == 2 and all(ms > 0 for ms in row["ms_repeats"])
-        # At least q, k, v and the cotangent (4 x 32 x 2 x 8 float32) come in, their gradients go out.
-        assert row["bytes"] >= 2 * 4 * row["length"] * 2 * 8 * 4
+        # At least q, k, v and the cotangent (4 x L x 2 x 8 bfloat16) come in, their gradients go out.
+        assert row["bytes"] >= 2 * 4 * row["length"] * 2 * 8 * 2
+        assert row["valid_keys"] == (VALID_KEYS[row["length"]] if row["masked"] else None)
 
 
-def test_json_records_machine_and_settings(tiny_run):
+def test_inputs_are_in_the_requested_dtype(tiny_run):
+    rows = _by_key(_rows(tiny_run))
+    for length in (16,):
+        # The reference has no state: its arguments are q, k, v and the cotangent, 2 bytes per number,
+        # and, masked, the key lengths [B] (int32).
+        assert rows["reference", False, False, length]["memory"]["argument"] == 4 * length * 2 * 8 * 2
+        assert rows["reference", False, True, length]["memory"]["argument"] == 4 * length * 2 * 8 * 2 + 4
+
+
+def test_json_records_machine_settings_dtype_and_implementation(tiny_run):
     result = json.loads((tiny_run / "attention.json").read_text())
-    assert {"platform", "device", "cpu_count", "jax"} <= set(result["machine"])
-    assert result["settings"]["kinds"] == KINDS and result["settings"]["lengths"] == [16, 32]
-    assert result["settings"]["heads"] == 2 and result["settings"]["head_dim"] == 8
+    assert {"platform", "device", "cpu_count", "jax", "matmul_precision"} <= set(result["machine"])
+    settings = result["settings"]
+    assert settings["kinds"] == KINDS and settings["lengths"] == [16]
+    assert settings["heads"] == 2 and settings["head_dim"] == 8
+    assert settings["dtype"] == "bfloat16" and settings["masks"] == ["none", "padding"]
+    assert settings["padding"] == 0.1
+    # The implementation reaches the kinds that take it, and the reference runs what softmax selects.
+    assert settings["implementation"] == "xla" and settings["reference_implementation"] == "xla"
+    assert result["options"] == {"softmax": {"implementation": "xla"}, "linear": {}, "reference": {}}
 
 
 def test_markdown_has_a_table_per_mode_and_the_png_exists(tiny_run):
     text = (tiny_run / "attention.md").read_text()
-    header = "| L | softmax ms | linear ms | softmax/linear |"
-    assert text.count(header) == 2  # bidirectional and causal
-    assert "## bidirectional" in text and "## causal" in text
+    kinds = "| L | softmax ms | linear ms | reference ms | softmax/linear |"
+    assert text.count(f"{kinds} softmax/reference (same call) |") == 2  # unmasked: a sanity check
+    assert text.count(f"{kinds} softmax/reference |") == 2  # masked: the comparison
+    for mode in ("bidirectional", "causal", "bidirectional + padding", "causal + padding"):
+        assert f"## {mode}\n" in text
+    assert "bfloat16; `--implementation=xla` (softmax and `reference` run xla)" in text
+    assert text.count("softmax/reference (key padding)") == 2
     assert any(line.startswith("| 16 |") for line in text.splitlines())
     assert (tiny_run / "attention.png").stat().st_size > 0
 
 
+def test_cudnn_is_refused_without_an_nvidia_gpu(capsys):
+    assert jax.devices()[0].platform == "cpu"  # tests/conftest.py: the suite runs on the CPU
+    with pytest.raises(SystemExit, match="^--implementation=cudnn cannot run here: it needs an NVIDIA GPU"):
+        bench_attention.main([*TINY, "--implementation=cudnn", "--dtype=bfloat16"])
+    with pytest.raises(SystemExit, match="cudnn cannot run here"):
+        bench_chunks.main(["--lengths=16", "--implementation=cudnn"])
+    assert "softmax" not in capsys.readouterr().out  # refused before anything ran
+
+
+def test_masks_argument_is_checked():
+    assert bench_attention.parse_masks("padding,none") == ["none", "padding"]
+    with pytest.raises(SystemExit, match="--masks"):
+        bench_attention.parse_masks("none,causal")
+
+
 def test_time_budget_skips_the_larger_lengths(tmp_path):
-    bench_attention.main([*TINY, "--kinds=linear,reference", "--max_seconds=0", f"--out={tmp_path}"])
+    bench_attention.main([*TINY, "--kinds=linear,reference", "--masks=none", "--max_seconds=0", f"--out={tmp_path}"])
     rows = _by_key(_rows(tmp_path))
     for kind in ("linear", "reference"):
         for causal in (False, True):
-            assert rows[kind, causal, 16]["ms"] > 0  # the length that went over budget is still measured
-            skipped = rows[kind, causal, 32]
+            assert rows[kind, causal, False, 16]["ms"] > 0  # the length that went over budget is still measured
+            skipped = rows[kind, causal, False, 32]
             assert skipped["ms"] is None and "--max_seconds" in skipped["skipped"]
     assert "skip" in (tmp_path / "attention.md").read_text()
 
 
 def test_memory_budget_skips_before_running(tmp_path):
-    bench_attention.main([*TINY, "--kinds=linear", "--max_memory_gb=0", f"--out={tmp_path}"])
+    bench_attention.main([*TINY, "--kinds=linear", "--masks=none", "--max_memory_gb=0", f"--out={tmp_path}"])
     rows = _rows(tmp_path)
     assert len(rows) == 4 and all(row["ms"] is None for row in rows)
-    first = _by_key(rows)["linear", False, 16]
+    first = _by_key(rows)["linear", False, False, 16]
     assert "--max_memory_gb" in first["skipped"] and first["bytes"] > 0  # planned, though not run
     assert (tmp_path / "attention.png").exists()
 
@@ -98,6 +140,34 @@ def test_summary_without_crossover_names_the_largest_length_compared():
 def test_unknown_kind_is_refused_before_compiling():
     with pytest.raises(SystemExit, match="unknown.*'nope'.*reference"):
         bench_attention.parse_kinds("softmax,nope")
+
+
+def test_bench_chunks_times_every_chunk_size_against_softmax(tmp_path):
+    result = bench_chunks.main(["--lengths=16", "--heads=2", "--head_dim=8", "--repeats=1", "--chunk_sizes=0,4",
+                                f"--out={tmp_path}"])
+    written = json.loads((tmp_path / "chunks.json").read_text())
+    rows = {(row["label"], row["length"]): row for row in written["rows"]}
+    labels = ["softmax", "linear C=auto", "linear C=4"]
+    assert set(rows) == {(label, 16) for label in labels}
+    assert all(row["ms"] > 0 and row["causal"] and row["flops"] > 0 for row in rows.values())
+    # 0 is the size attention/chunking.py gives this platform, at most L.
+    assert rows["linear C=auto", 16]["chunk"] == min(chunking.chunk_size_for("cpu", 16), 16)
+    assert rows["linear C=4", 16]["chunk"] == 4
+    entries = {(entry["chunk_size"], entry["length"]): entry for entry in written["ratios"]}
+    assert set(entries) == {(0, 16), (4, 16)}
+    entry = entries[4, 16]
+    assert entry["limit"] == pytest.approx(16 / (8 + 4 / 2))  # L / (m + C/2), m = D = 8 for linear
+    assert entry["ratio"] == pytest.approx(rows["softmax", 16]["ms"] / rows["linear C=4", 16]["ms"])
+    assert entry["of_limit"] == pytest.approx(entry["ratio"] / entry["limit"])
+    text = (tmp_path / "chunks.md").read_text()
+    assert "| L | softmax ms | C=auto ms | C=4 ms | best C | softmax/linear |" in text
+    assert (tmp_path / "chunks.png").stat().st_size > 0
+    assert result["settings"]["platform"] == "cpu"
+
+
+def test_bench_chunks_refuses_a_kind_without_chunks():
+    with pytest.raises(SystemExit, match="softmax take no chunk_size"):
+        bench_chunks.main(["--kinds=softmax", "--lengths=16"])
 
 
 def test_bench_decode_quick_measures_every_kind_and_length(tmp_path):

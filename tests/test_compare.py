@@ -216,13 +216,6 @@ def test_only_selects_runs_and_rejects_unknown_names():
         compare.select_runs(study, "softmax,nope")
 
 
-def test_parallel_training_processes_get_a_single_threaded_cpu_client(monkeypatch):
-    monkeypatch.setenv("SOME_VARIABLE", "kept")
-    assert compare.train_env(1) is None
-    env = compare.train_env(3)
-    assert env["PJRT_NPROC"] == "1" and env["SOME_VARIABLE"] == "kept"
-
-
 RANK_BOUNDS = {"linear": 32, "performer_m32": 32, "performer_m128": 128, "performer_m512": 512, "taylor": 561,
                "exp_limit": 561}
 

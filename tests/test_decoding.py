@@ -16,6 +16,8 @@ from models.decoding import BOS, EOS, PAD, beam_search, greedy_decode
 from models.rnn import RecurrentEncoderDecoder, RecurrentSpec
 from training import validate
 
+pytestmark = pytest.mark.accelerator  # make test-accelerator runs these on the GPU or TPU
+
 B, D_MODEL, HEADS, LENGTH, SOURCE_LENGTH = 2, 8, 2, 5, 7
 SOURCE_VOCAB, TARGET_VOCAB, MAX_LEN = 11, 9, 6
 ATOL = 2e-5

@@ -8,9 +8,11 @@ import pytest
 
 from data import pipeline
 from data.files import DataFileError
-from training import loop, steps, translation
+from training import devices, loop, steps, translation
 from training.evaluate import evaluate
 from training.validate import ConfigError
+
+pytestmark = pytest.mark.accelerator  # make test-accelerator runs these on the GPU or TPU
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +33,9 @@ def test_eval_json_has_the_documented_keys(trained):
     with open(os.path.join(workdir, "eval.json")) as f:
         written = json.load(f)
     assert written == json.loads(json.dumps(result))
-    assert set(written) == {"step", "task", "split", "num_examples", "attention", "metrics", "rank", "state"}
+    assert set(written) == {"step", "task", "split", "num_examples", "attention", "metrics", "rank", "state",
+                            "runtime"}
+    assert written["runtime"] == devices.runtime()  # platform, device kind and count, jax and jaxlib
     assert (written["step"], written["task"], written["num_examples"]) == (20, "translation", 40)
     assert written["attention"] == {"encoder_self": "softmax", "decoder_self": "softmax", "cross": "softmax"}
     assert set(written["metrics"]) == {"exact_match", "token_accuracy", "bleu", "loss"}
@@ -58,7 +62,8 @@ def test_eval_json_has_the_documented_keys(trained):
 def test_workdir_holds_config_metrics_checkpoints_and_plots(trained):
     config, workdir, _ = trained
     with open(os.path.join(workdir, "config.json")) as f:
-        assert json.load(f)["attention"]["name"] == "softmax"
+        recorded = json.load(f)
+    assert recorded["attention"]["name"] == "softmax" and recorded["runtime"] == devices.runtime()
     lines = _lines(workdir)
     train_lines = [line for line in lines if line["split"] == "train"]
     eval_lines = [line for line in lines if line["split"] == "eval"]

@@ -19,7 +19,7 @@ def test_an_offline_run_writes_every_logged_key_to_the_workdir(tiny_config, tmp_
             "eval/exact_match", "test/bleu", *(f"rank/{role}/layer0/{metric}" for role in ("encoder_self", "decoder_self", "cross")
                            for metric in ("numerical", "effective", "stable")),
             *(f"state/{role}/{size}" for role in ("encoder_self", "decoder_self", "cross")
-              for size in ("per_head", "total"))]
+              for size in ("per_head", "total")), "runtime", "device_kind", "jaxlib"]
     assert [key for key in keys if key.encode() not in logged] == []
     media = os.path.join(run_dir, "files", "media")
     assert glob.glob(os.path.join(media, "table", "rank", "*.table.json"))

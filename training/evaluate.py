@@ -10,7 +10,7 @@ from flax import nnx
 from analysis import plots, rank
 from data import pipeline
 from models import CAUSAL_ROLES
-from training import sharding, tasks, validate
+from training import devices, sharding, tasks, validate
 from training.checkpoints import Checkpoints
 from training.steps import create_optimizer, init_state, make_eval_step
 
@@ -28,8 +28,9 @@ def capturing_weights(model):
             layer.capture_weights = False
 
 
-def attention_weights(model, forward, batch) -> dict[str, np.ndarray]:
-    """role -> [num_layers, B, H, Lq, Lk] attention matrices of `forward(model, batch)` (eval mode)."""
+def attention_weights(model, forward, batch) -> dict[str, jax.Array]:
+    """role -> [num_layers, B, H, Lq, Lk] attention matrices of `forward(model, batch)` (eval mode), left on
+    the device: at long lengths they are far larger than what the analysis brings back."""
     model.eval()
     with capturing_weights(model):
         graphdef, state = nnx.split(model)
@@ -41,7 +42,7 @@ def attention_weights(model, forward, batch) -> dict[str, np.ndarray]:
         return {role: jax.numpy.stack([layer.attention_weights.value[0] for layer in layers])
                 for role, layers in captured.attention_layers().items()}
 
-    return jax.device_get(run(state, batch))
+    return run(state, batch)
 
 
 def metric_totals(eval_step, params, rest, arrays, batch_size: int) -> dict:
@@ -95,19 +96,24 @@ def attention_analysis(config, workdir, model, weights, query_len, key_len, toke
     if not weights:  # a model without attention (the RNN baseline's lower bound)
         return []
     bounds = rank_bounds(model)
-    summary = rank.summarize_attention(weights, query_len, key_len, bounds)
-    spectra = {role: rank.mean_spectrum(w, query_len[role], key_len[role]) for role, w in weights.items()}
+    singular_values = rank.attention_spectra(weights, query_len, key_len)
+    summary = rank.summarize_attention(singular_values, query_len, key_len, bounds)
+    spectra = {role: rank.mean_spectrum(s, query_len[role], key_len[role]) for role, s in singular_values.items()}
     with open(os.path.join(workdir, "spectra.json"), "w") as f:
         json.dump({role: spectrum.tolist() for role, spectrum in spectra.items()}, f)
     if config.eval.plots:
         plot_dir = os.path.join(workdir, "plots")
-        first = {role: w[:, 0, :, : query_len[role][0], : key_len[role][0]] for role, w in weights.items()}
+        # Only example 0 is drawn, so only its unpadded block leaves the device.
+        first = {role: jax.device_get(w[:, 0, :, : query_len[role][0], : key_len[role][0]])
+                 for role, w in weights.items()}
         plots.plot_attention_heatmaps(first, tokens_q, tokens_k, os.path.join(plot_dir, "attention.png"))
         plots.plot_spectra(spectra, bounds, os.path.join(plot_dir, "spectra.png"))
     return summary
 
 
 def write_eval_json(workdir: str, result: dict) -> dict:
+    """eval.json: the task's `result`, and the devices and versions that computed it."""
+    result = {**result, "runtime": devices.runtime()}
     with open(os.path.join(workdir, "eval.json"), "w") as f:
         json.dump(result, f, indent=1)
     return result

@@ -1,5 +1,7 @@
 """`train_and_evaluate(config, workdir)`: the whole run, resumable from the workdir."""
+import contextlib
 import functools
+import json
 import os
 import time
 
@@ -7,7 +9,8 @@ import jax
 import numpy as np
 from flax import nnx
 
-from training import evaluate, interrupts, sharding, tasks, validate
+from data.prefetch import prefetch
+from training import devices, evaluate, interrupts, sharding, tasks, validate
 from training.checkpoints import Checkpoints
 from training.metrics import MetricsWriter
 from training.steps import create_optimizer, init_state, learning_rate_schedule, make_eval_step, make_train_step
@@ -112,8 +115,10 @@ def train_and_evaluate(config, workdir: str) -> dict:
     sharding.initialize(config)  # before validate(), which already runs JAX code
     validate.validate(config)
     os.makedirs(workdir, exist_ok=True)
+    runtime = devices.runtime()
+    print(f"devices: {devices.describe(runtime)}", flush=True)
     with open(os.path.join(workdir, "config.json"), "w") as f:
-        f.write(config.to_json(indent=1))
+        json.dump({**config.to_dict(), "runtime": runtime}, f, indent=1)
     task = tasks.get(config.task)
     data = task.prepare_data(config, workdir)
     model = task.create_model(config, data)
@@ -144,9 +149,10 @@ def train_and_evaluate(config, workdir: str) -> dict:
     progress = _Progress(start_step, config.num_train_steps)
     # The steps of the logging window that the checkpoint cut (none in checkpoints older than this field).
     pending = metadata.get("window", [])
-    with interrupts.stop_requests() as stop:
-        for step in range(start_step, config.num_train_steps):
-            batch = sharding.put_batch(task.train_batch(config, data, batch_size, step), mesh)
+    steps = range(start_step, config.num_train_steps)
+    batches = prefetch(lambda step: sharding.put_batch(task.train_batch(config, data, batch_size, step), mesh), steps)
+    with interrupts.stop_requests() as stop, contextlib.closing(batches):
+        for step, batch in zip(steps, batches):
             state, step_metrics = train_step(state, batch)
             pending.append(step_metrics)
             done = step + 1

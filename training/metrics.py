@@ -3,7 +3,7 @@ import json
 import os
 import secrets
 
-from training import validate
+from training import devices, validate
 
 
 # Set by `wandb agent` for each run it starts: the run's id (the same when the sweep requeues a run marked
@@ -71,7 +71,8 @@ class MetricsWriter:
         # those passed here; the runs of a sweep share a group, the sweep's unless the config names one.
         return wandb.init(project=None if sweep_id else config.wandb.project,
                           group=config.wandb.group or sweep_id or None, mode=wandb_mode(config), dir=workdir,
-                          id=None if sweep_id else run_id, resume="allow", config=config.to_dict(),
+                          id=None if sweep_id else run_id, resume="allow",
+                          config={**config.to_dict(), "runtime": devices.runtime()},
                           tags=[config.task, *kinds])
 
     def write(self, step: int, split: str, elapsed_s: float, metrics: dict) -> None:

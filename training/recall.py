@@ -72,7 +72,7 @@ def attention_analysis(config, workdir: str, model, data: RecallData) -> list:
     batch = {name: array[rows] for name, array in data.test.items()}
     [(role, weights)] = evaluate.attention_weights(model, lambda m, b: m(b["inputs"]), batch).items()
     positions = batch["positions"]
-    query_rows = np.take_along_axis(weights, positions[None, :, None, :, None], axis=3)
+    query_rows = jnp.take_along_axis(weights, jnp.asarray(positions)[None, :, None, :, None], axis=3)
     num_examples, num_queries = positions.shape
     query_len = {role: np.full(num_examples, num_queries)}
     key_len = {role: np.full(num_examples, config.dataset.seq_len)}

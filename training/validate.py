@@ -22,7 +22,8 @@ NONFINITE = ("stop", "skip")  # what training does after a step with a non-finit
 POSITIVE_INTS = ("num_train_steps", "log_every_steps", "eval_every_steps", "checkpoint_every_steps",
                  "per_device_batch_size", "model.num_layers", "model.d_model", "model.num_heads",
                  "eval.batch_size")
-NON_NEGATIVE_INTS = ("model.mlp_dim", "model.qk_head_dim", "model.conv_kernel")  # 0: none, or the default
+# 0: none, or the default; attention.chunk_size 0: the size attention/chunking.py picks (auto)
+NON_NEGATIVE_INTS = ("model.mlp_dim", "model.qk_head_dim", "model.conv_kernel", "attention.chunk_size")
 
 
 class ConfigError(ValueError):
