@@ -99,14 +99,19 @@ def parse_kinds(text: str) -> list[str]:
     return kinds
 
 
-def parse_lengths(text: str) -> list[int]:
+def parse_ints(flag: str, text: str, minimum: int) -> list[int]:
+    """The distinct integers of a comma-separated flag value, sorted, each at least `minimum`."""
     try:
-        lengths = sorted({int(length) for length in text.split(",")})
+        values = sorted({int(value) for value in text.split(",")})
     except ValueError:
-        raise SystemExit(f"--lengths: {text!r} is not a comma-separated list of integers") from None
-    if lengths[0] < 1:
-        raise SystemExit(f"--lengths: lengths must be positive, got {text!r}")
-    return lengths
+        raise SystemExit(f"{flag}: {text!r} is not a comma-separated list of integers") from None
+    if values[0] < minimum:
+        raise SystemExit(f"{flag}: values must be >= {minimum}, got {text!r}")
+    return values
+
+
+def parse_lengths(text: str) -> list[int]:
+    return parse_ints("--lengths", text, 1)
 
 
 def parse_masks(text: str) -> list[str]:

@@ -35,21 +35,11 @@ import attention  # noqa: E402
 from attention import chunking  # noqa: E402
 from scripts.bench_attention import (_brief, _feature_dim, add_common_arguments, build_layer,  # noqa: E402
                                      check_positive, kind_options, machine, measure_length, parse_kinds,
-                                     parse_lengths, selected_implementation, write_reports)
+                                     parse_ints, parse_lengths, selected_implementation, write_reports)
 
 DEFAULT_CHUNK_SIZES = "16,32,64,128,256"
 DEFAULT_LENGTHS = "1024,4096,8192"
 SOFTMAX = "softmax"
-
-
-def parse_chunk_sizes(text: str) -> list[int]:
-    try:
-        sizes = sorted({int(size) for size in text.split(",")})
-    except ValueError:
-        raise SystemExit(f"--chunk_sizes: {text!r} is not a comma-separated list of integers") from None
-    if sizes[0] < 0:
-        raise SystemExit(f"--chunk_sizes: sizes must be >= 0 (0: auto), got {text!r}")
-    return sizes
 
 
 def label(kind: str, chunk_size: int) -> str:
@@ -248,7 +238,7 @@ def main(argv=None) -> dict:
     kinds = parse_kinds(args.kinds)
     if without := [kind for kind in kinds if "chunk_size" not in attention.options(kind)]:
         raise SystemExit(f"--kinds: {', '.join(without)} take no chunk_size (not kernelised)")
-    chunk_sizes, lengths = parse_chunk_sizes(args.chunk_sizes), parse_lengths(args.lengths)
+    chunk_sizes, lengths = parse_ints("--chunk_sizes", args.chunk_sizes, 0), parse_lengths(args.lengths)
     settings = {name: getattr(args, name) for name in ("batch", "heads", "head_dim", "num_features", "dtype",
                                                        "implementation", "repeats", "max_seconds",
                                                        "max_memory_gb", "seed")}

@@ -42,18 +42,9 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from analysis import rank  # noqa: E402
+from scripts.bench_attention import parse_lengths  # noqa: E402
 
 ROLE = "encoder_self"  # any role: the analysis does not depend on which
-
-
-def parse_lengths(text: str) -> list[int]:
-    try:
-        lengths = sorted({int(length) for length in text.split(",")})
-    except ValueError:
-        raise SystemExit(f"--lengths: {text!r} is not a comma-separated list of integers") from None
-    if lengths[0] < 1:
-        raise SystemExit(f"--lengths: lengths must be positive, got {text!r}")
-    return lengths
 
 
 def softmax_weights(key, layers: int, batch: int, heads: int, length: int, head_dim: int) -> jax.Array:
