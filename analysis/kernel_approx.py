@@ -12,7 +12,6 @@ the logit q.k / sqrt(d) = c^2 cos(q, k) that Taylor and the limit expand in has 
 c^2 / sqrt(d): the study reports its mean absolute value per norm as "mean_abs_logit".
 """
 
-import os
 from functools import partial
 
 import jax
@@ -22,6 +21,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from analysis import plots  # noqa: E402
 from attention.feature_maps import (  # noqa: E402
     exp_limit_feature_dim,
     exp_limit_features,
@@ -187,7 +187,4 @@ def plot_kernel_approximation(result: dict, path: str) -> str:
     axes[0, 0].set_ylabel(r"mean relative error of $\exp(q \cdot k / \sqrt{d})$")
     axes[0, 0].legend(fontsize=7)
     fig.suptitle(f"d = {result['dim']}, {result['num_pairs']} pairs, {result['num_draws']} Performer draws")
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return plots.save_figure(fig, path)

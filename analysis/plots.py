@@ -15,7 +15,7 @@ PANEL_INCHES = 2.6
 COLORS = plt.cm.tab20.colors[::2] + plt.cm.tab20.colors[1::2]
 
 
-def _save(fig, path: str) -> str:
+def save_figure(fig, path: str) -> str:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -78,7 +78,7 @@ def plot_attention_heatmaps(
             _label_axis(ax.set_xticks, x_labels, w.shape[2], rotation=90)
             _label_axis(ax.set_yticks, y_labels if head == 0 else None, w.shape[1])
     fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _label_axis(set_ticks, labels: list[str] | None, size: int, rotation: int = 0) -> None:
@@ -110,4 +110,4 @@ def plot_spectra(spectra: dict[str, np.ndarray], rank_bounds: dict[str, int | No
         ax.set_xlabel("singular value index")
         ax.set_ylabel(r"$\sigma_i / \sigma_1$")
         ax.legend(fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)

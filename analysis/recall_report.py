@@ -124,7 +124,7 @@ def plot_accuracy_vs_pairs(results: dict[str, list[dict]], path: str) -> str:
     ax.set_ylabel("query accuracy (test)")
     ax.set_ylim(-0.02, 1.02)
     plots.legend_outside(ax)
-    return plots._save(fig, path)
+    return plots.save_figure(fig, path)
 
 
 def plot_accuracy_vs_state(results: dict[str, list[dict]], path: str) -> str:
@@ -151,7 +151,7 @@ def plot_accuracy_vs_state(results: dict[str, list[dict]], path: str) -> str:
     axes[0][0].set_ylim(-0.02, 1.05)
     handles = [plt.Line2D([], [], color=colors[kind], marker="o", linestyle="") for kind in kinds]
     axes[0][-1].legend(handles, kinds, fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    return plots._save(fig, path)
+    return plots.save_figure(fig, path)
 
 
 def plot_rank_vs_pairs(results: dict[str, list[dict]], path: str) -> str:
@@ -170,7 +170,7 @@ def plot_rank_vs_pairs(results: dict[str, list[dict]], path: str) -> str:
     ax.set_xlabel("key-value pairs N")
     ax.set_ylabel("effective rank, query rows")
     plots.legend_outside(ax)
-    return plots._save(fig, path)
+    return plots.save_figure(fig, path)
 
 
 def width_sweeps(results: dict[str, list[dict]]) -> dict[tuple[str, int], list[list[dict]]]:
@@ -205,7 +205,7 @@ def plot_accuracy_vs_feature_dim(results: dict[str, list[dict]], path: str) -> s
         ax.set_ylabel(label)
     accuracy_ax.set_ylim(-0.02, 1.02)
     plots.legend_outside(rank_ax)
-    return plots._save(fig, path)
+    return plots.save_figure(fig, path)
 
 
 def sections(results: dict[str, list[dict]], out_dir: str) -> list[str]:

@@ -175,7 +175,7 @@ def plot_accuracy_vs_feature_dim(task: str, results: dict[str, list[dict]], path
     ax.set_xlabel("feature dim (rank bound)")
     ax.set_ylabel(_metrics(task)[0])
     plots.legend_outside(ax)
-    return plots._save(fig, path)
+    return plots.save_figure(fig, path)
 
 
 def plot_accuracy_vs_effective_rank(task: str, results: dict[str, list[dict]], path: str) -> str:
@@ -191,7 +191,7 @@ def plot_accuracy_vs_effective_rank(task: str, results: dict[str, list[dict]], p
         ax.annotate(name, (effective_rank, mean), textcoords="offset points", xytext=(4, 4), fontsize=7)
     ax.set_xlabel("effective rank (mean over layers, heads, seeds)")
     ax.set_ylabel(_metrics(task)[0])
-    return plots._save(fig, path)
+    return plots.save_figure(fig, path)
 
 
 def plot_spectra_by_run(results: dict[str, list[dict]], spectra: dict[str, dict], path: str) -> str:
@@ -213,7 +213,7 @@ def plot_spectra_by_run(results: dict[str, list[dict]], spectra: dict[str, dict]
     ax.set_xlabel("singular value index")
     ax.set_ylabel(r"$\sigma_i / \sigma_1$ (layer 0)")
     plots.legend_outside(ax)
-    return plots._save(fig, path)
+    return plots.save_figure(fig, path)
 
 
 def _rank_study_sections(task: str, results: dict[str, list[dict]], spectra: dict[str, dict], out_dir: str,

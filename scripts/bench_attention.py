@@ -487,9 +487,7 @@ def markdown(result: dict) -> str:
 
 def plot(result: dict, path: str) -> str:
     """Log-log time against L, a line per kind; a panel per mode (bidirectional and causal, a row per mask)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+    from analysis import plots  # first: it sets the Agg backend
     import matplotlib.pyplot as plt
 
     rows = _lookup(result)
@@ -515,10 +513,7 @@ def plot(result: dict, path: str) -> str:
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=8)
         ax_row[0].set_ylabel("forward+backward ms")
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return plots.save_figure(fig, path)
 
 
 def write_reports(result: dict, out: str, stem: str = "attention", to_markdown=markdown, to_plot=plot) -> list[str]:

@@ -192,9 +192,7 @@ def markdown(result: dict) -> str:
 
 def plot(result: dict, path: str) -> str:
     """ms against chunk size, a line per length (and kind); softmax's time as a dashed line per length."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+    from analysis import plots  # first: it sets the Agg backend
     import matplotlib.pyplot as plt
 
     rows = _by_label(result)
@@ -212,10 +210,7 @@ def plot(result: dict, path: str) -> str:
     ax.grid(True, which="both", alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return plots.save_figure(fig, path)
 
 
 # --- command line ------------------------------------------------------------------------------------------

@@ -155,9 +155,7 @@ def markdown(result: dict) -> str:
 
 
 def plot(result: dict, path: str) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
+    from analysis import plots  # first: it sets the Agg backend
     import matplotlib.pyplot as plt
 
     rows = _lookup(result)
@@ -171,10 +169,7 @@ def plot(result: dict, path: str) -> str:
     ax.set_ylabel("ms per decoded token")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return plots.save_figure(fig, path)
 
 
 # --- command line ------------------------------------------------------------------------------------------
