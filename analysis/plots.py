@@ -1,5 +1,6 @@
-"""PNG figures: attention heat maps of one example and mean singular-value spectra."""
+"""PNG figures: attention heat maps of one example, mean singular-value spectra, and training curves."""
 
+import itertools
 import os
 
 import matplotlib
@@ -13,6 +14,11 @@ MAX_LABELLED_TOKENS = 40
 PANEL_INCHES = 2.6
 # tab10's colours, then their light shades: a study's plot can draw more than 10 series.
 COLORS = plt.cm.tab20.colors[::2] + plt.cm.tab20.colors[1::2]
+CURVES_PLOT = "curves.png"
+# The fields of a metrics.jsonl line that are no metric (training/metrics.py, MetricsWriter.write).
+RECORD_FIELDS = ("step", "split", "elapsed_s")
+SPLIT_LABELS = {"train": "train", "eval": "validation"}  # "eval" lines evaluate the validation split
+Curve = tuple[np.ndarray, np.ndarray]  # (steps, values)
 
 
 def save_figure(fig, path: str) -> str:
@@ -110,4 +116,65 @@ def plot_spectra(spectra: dict[str, np.ndarray], rank_bounds: dict[str, int | No
         ax.set_xlabel("singular value index")
         ax.set_ylabel(r"$\sigma_i / \sigma_1$")
         ax.legend(fontsize=7)
+    return save_figure(fig, path)
+
+
+def metric_curve(records: list[dict], split: str, metric: str) -> Curve:
+    """`metric` against step over the `split` lines of a run's metrics.jsonl (training.metrics.read_metrics)
+    that carry it."""
+    points = [(record["step"], record[metric]) for record in records
+              if record["split"] == split and metric in record]
+    steps, values = zip(*points) if points else ((), ())
+    return np.asarray(steps, int), np.asarray(values, float)
+
+
+def run_curves(records: list[dict]) -> dict[str, dict[str, Curve]]:
+    """metric -> split -> curve, for the loss and every metric of the evaluation lines (the task's), over
+    the splits that log it: without evaluation lines, only the train loss."""
+    metrics = dict.fromkeys(["loss", *(key for record in records if record["split"] == "eval"
+                                       for key in record if key not in RECORD_FIELDS)])
+    return {metric: {split: curve for split in SPLIT_LABELS
+                     if len((curve := metric_curve(records, split, metric))[0])}
+            for metric in metrics}
+
+
+def plot_run_curves(records: list[dict], path: str) -> str:
+    """A panel per metric of `run_curves` against step, its train and validation curves."""
+    curves = run_curves(records)
+    colors = dict(zip(SPLIT_LABELS, COLORS))  # a split keeps its colour in panels that lack the other
+    fig, axes = plt.subplots(1, len(curves), figsize=(2.8 * len(curves), 2.4), squeeze=False,
+                             layout="constrained")
+    for ax, (metric, splits) in zip(axes[0], curves.items()):
+        for split, (steps, values) in splits.items():
+            # Evaluations are few: dots show where each one is.
+            ax.plot(steps, values, color=colors[split], linewidth=1, marker="." if split == "eval" else None,
+                    markersize=4, label=SPLIT_LABELS[split])
+        ax.set_title(metric, fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=7)
+    axes[0, 0].legend(fontsize=7)
+    return save_figure(fig, path)
+
+
+def mean_curve(curves: list[Curve]) -> Curve:
+    """The mean of seeds' curves at the steps that all of those with a point share (a seed cut short ends
+    the mean); empty when none has one."""
+    seeds = [dict(zip(steps.tolist(), values.tolist())) for steps, values in curves if len(steps)]
+    steps = sorted(set.intersection(*map(set, seeds))) if seeds else []
+    return np.asarray(steps, int), np.asarray([np.mean([seed[step] for seed in seeds]) for step in steps], float)
+
+
+def plot_validation_curves(records_by_run: dict[str, list[list[dict]]], metric: str, path: str) -> str:
+    """Validation loss and `metric` against step, a line per run: the mean over its seeds' metrics.jsonl
+    records (`mean_curve`)."""
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3), layout="constrained")
+    for ax, name in zip(axes, ("loss", metric)):
+        # Explicit colours: a run keeps its colour in both panels, also where it has no point in one.
+        for color, (run, seeds) in zip(itertools.cycle(COLORS), records_by_run.items()):
+            ax.plot(*mean_curve([metric_curve(records, "eval", name) for records in seeds]), color=color,
+                    linewidth=1, marker=".", markersize=4, label=run)
+        ax.set_title(f"validation {name}", fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=7)
+    legend_outside(axes[1])
     return save_figure(fig, path)

@@ -115,24 +115,33 @@ def summarize_attention(
     key_lengths: dict[str, np.ndarray],
     rank_bounds: dict[str, int | None],
 ) -> list[dict]:
-    """One row per (role, layer, head) with rank metrics averaged over examples.
+    """One row per (role, layer, head) with rank metrics averaged over examples, and the rank bound checked
+    on each example's matrix.
 
     spectra[role] is attention_spectra's [num_layers, num_examples, num_heads, n]; example e's matrix is
     query_lengths[role][e] x key_lengths[role][e]. A row's "seq_len" is the mean key length over the
-    examples, rounded to int; "rank_bound" is rank_bounds[role].
+    examples, rounded to int; "rank_bound" is rank_bounds[role]; "matrices" is the number of examples;
+    "matrices_bindable" counts those whose shorter side exceeds the bound, "matrices_over_bound" those whose
+    numerical rank does (both None without a bound).
     """
     rows = []
     for role, s in spectra.items():
-        num_layers, _, num_heads = s.shape[:3]
+        num_layers, num_examples, num_heads = s.shape[:3]
         size = np.maximum(query_lengths[role], key_lengths[role])[:, None]  # [examples, 1] against [.., E, H]
-        means = {name: values.mean(axis=1) for name, values in spectrum_metrics(s, size).items()}
+        metrics = spectrum_metrics(s, size)
+        means = {name: values.mean(axis=1) for name, values in metrics.items()}
         seq_len = int(round(float(np.mean(key_lengths[role]))))
+        bound = rank_bounds[role]
+        # A matrix's rank is at most its shorter side, so a bound at or above that side cannot bind on it.
+        bindable = None if bound is None else int(np.sum(np.minimum(query_lengths[role], key_lengths[role]) > bound))
+        over = None if bound is None else np.sum(metrics["numerical_rank"] > bound, axis=1)  # [layers, heads]
         for layer in range(num_layers):
             for head in range(num_heads):
                 rows.append(
                     {"role": role, "layer": layer, "head": head, "seq_len": seq_len}
                     | {name: float(means[name][layer, head]) for name in METRIC_NAMES}
-                    | {"rank_bound": rank_bounds[role]}
+                    | {"rank_bound": bound, "matrices": num_examples, "matrices_bindable": bindable,
+                       "matrices_over_bound": None if over is None else int(over[layer, head])}
                 )
     return rows
 

@@ -98,18 +98,31 @@ def accuracy_table(task: str, results: dict[str, list[dict]]) -> str:
     return "\n".join(lines)
 
 
-def _within_bound(evals: list[dict]) -> bool | None:
-    """Whether every layer, head and seed kept its numerical rank within the rank bound; None: no bound."""
-    bound = _rank_bound(evals)
-    return None if bound is None else _max_numerical_rank(evals) <= bound
+def _bound_counts(name: str, evals: list[dict]) -> tuple[int, int, int] | None:
+    """(matrices over the rank bound, matrices it can bind on, matrices) of run `name`'s reported role, over
+    every layer, head, example and seed; None without a bound."""
+    if _rank_bound(evals) is None:
+        return None
+    rows = _rank_rows(evals)
+    if not all("matrices_over_bound" in row for row in rows):
+        raise ValueError(f"{name}: eval.json without per-matrix bound counts (written before they existed); "
+                         "evaluate its seeds again with eval.py")
+    return tuple(sum(row[field] for row in rows) for field in ("matrices_over_bound", "matrices_bindable", "matrices"))
+
+
+def _over_bound(counts: tuple[int, int, int] | None) -> str:
+    if counts is None:
+        return "-"
+    over, bindable, matrices = counts
+    return "cannot bind" if bindable == 0 else f"{over} / {matrices}"
 
 
 def _above_head_dim(evals: list[dict], head_dim: int) -> bool:
     return _rank_mean(evals, "numerical_rank") > head_dim
 
 
-def _yes_no(flag: bool | None) -> str:
-    return "-" if flag is None else "yes" if flag else "no"
+def _yes_no(flag: bool) -> str:
+    return "yes" if flag else "no"
 
 
 def rank_table(results: dict[str, list[dict]], head_dim: int | None = None) -> str:
@@ -121,8 +134,8 @@ def rank_table(results: dict[str, list[dict]], head_dim: int | None = None) -> s
     with_head_dim = head_dim is not None
     lines = [
         "| run | kind | seq len | numerical rank | max numerical rank | effective rank | stable rank | "
-        "rank bound | max <= bound |" + (f" mean > head dim ({head_dim}) |" if with_head_dim else ""),
-        "|---|---|---:|---:|---:|---:|---:|---:|---|" + ("---|" if with_head_dim else ""),
+        "rank bound | matrices over bound |" + (f" mean > head dim ({head_dim}) |" if with_head_dim else ""),
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|" + ("---|" if with_head_dim else ""),
     ]
     for name, evals in results.items():
         if not _rank_rows(evals):  # no attention, no matrix
@@ -132,7 +145,7 @@ def rank_table(results: dict[str, list[dict]], head_dim: int | None = None) -> s
             f"| {name} | {_kind(evals)} | {_rank_mean(evals, 'seq_len'):g} | "
             f"{_rank_mean(evals, 'numerical_rank'):.2f} | {_max_numerical_rank(evals):.2f} | "
             f"{_rank_mean(evals, 'effective_rank'):.2f} | {_rank_mean(evals, 'stable_rank'):.2f} | "
-            f"{_dash_if_none(_rank_bound(evals))} | {_yes_no(_within_bound(evals))} |"
+            f"{_dash_if_none(_rank_bound(evals))} | {_over_bound(_bound_counts(name, evals))} |"
             + (f" {_yes_no(_above_head_dim(evals, head_dim))} |" if with_head_dim else "")
         )
     return "\n".join(lines)
@@ -142,10 +155,11 @@ def rank_note(results: dict[str, list[dict]], head_dim: int | None = None) -> st
     """One paragraph of facts read off the rank table: bounds kept or broken, softmax against head_dim."""
     sentences = []
     for name, evals in results.items():
-        within = _within_bound(evals)
-        if within is not None:
-            sentences.append(f"{name}: max numerical rank {_max_numerical_rank(evals):.2f}, "
-                             f"{'within' if within else 'above'} its bound {_rank_bound(evals)}.")
+        counts = _bound_counts(name, evals)
+        if counts is not None and counts[1] == 0:
+            sentences.append(f"{name}: its bound {_rank_bound(evals)} cannot bind: no matrix has both sides longer.")
+        elif counts is not None:
+            sentences.append(f"{name}: {counts[0]} of {counts[2]} matrices above its bound {_rank_bound(evals)}.")
         elif _kind(evals) == "softmax" and head_dim is not None:
             sentences.append(f"{name}: mean numerical rank {_rank_mean(evals, 'numerical_rank'):.2f}, "
                              f"{'above' if _above_head_dim(evals, head_dim) else 'not above'} the head dim {head_dim}.")
@@ -233,8 +247,9 @@ def _rank_study_sections(task: str, results: dict[str, list[dict]], spectra: dic
         accuracy_table(task, results),
         "## Attention rank (encoder self-attention; cross-attention for the RNN)\n\nMeans over layers, "
         "heads and seeds of each run; each matrix's ranks are means over the analysed examples (DESIGN.md). "
-        "\"max <= bound\": the largest numerical rank of any layer, head and seed against the kind's rank "
-        "bound.",
+        "\"matrices over bound\": of the matrices of every layer, head, analysed example and seed, those whose "
+        "numerical rank exceeds the kind's rank bound; \"cannot bind\": the bound is at least the shorter side "
+        "of every matrix.",
         rank_table(results, head_dim),
         rank_note(results, head_dim),
         "## Plots",
@@ -258,6 +273,9 @@ def write_report(
         body = recall_report.sections(results, out_dir)
     else:
         body = _rank_study_sections(task, results, spectra, out_dir, head_dim)
+    if os.path.exists(os.path.join(out_dir, plots.CURVES_PLOT)):  # compare.py draws it from metrics.jsonl
+        body.append(f"## Validation curves\n\n![validation loss and {_metrics(task)[0]} against step, mean over "
+                    f"seeds]({plots.CURVES_PLOT})")
     sections = [f"# {task} comparison, preset {preset}", f"Produced by\n\n```\n{command}\n```", *body]
     with open(os.path.join(out_dir, RESULTS_JSON), "w") as f:
         json.dump(results, f, indent=1)

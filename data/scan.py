@@ -1,5 +1,7 @@
 """SCAN as a TFDS dataset built from the grammar (no download), stored as array_record files."""
 
+import zlib
+
 import tensorflow_datasets as tfds
 
 from data import scan_grammar
@@ -23,8 +25,9 @@ Pairs = list[tuple[str, str]]
 class Scan(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     """SCAN commands and their action sequences, one config per split of Lake & Baroni (2018)."""
 
-    VERSION = tfds.core.Version("1.0.0")
-    RELEASE_NOTES = {"1.0.0": "Generated from the phrase-structure grammar."}
+    VERSION = tfds.core.Version("1.1.0")
+    RELEASE_NOTES = {"1.0.0": "Generated from the phrase-structure grammar.",
+                     "1.1.0": "add_jump repeats the primitive as released; the add_turn_left split."}
     BUILDER_CONFIGS = [tfds.core.BuilderConfig(name=name) for name in scan_grammar.SPLITS]
 
     def _info(self) -> tfds.core.DatasetInfo:
@@ -49,7 +52,8 @@ class Scan(tfds.core.GeneratorBasedBuilder, skip_registration=True):
 
 
 def load_split(split: str, data_dir: str) -> tuple[Pairs, Pairs]:
-    """(train, test) pairs of a SCAN split, building its array_record files under data_dir once."""
+    """(train, test) pairs of a SCAN split as released, building its array_record files under data_dir
+    once."""
     if split not in scan_grammar.SPLITS:
         raise ValueError(
             f"dataset.split={split!r} is not a SCAN split; choose one of: {', '.join(scan_grammar.SPLITS)}"
@@ -64,3 +68,14 @@ def _read(builder: Scan, split: str) -> Pairs:
     source = builder.as_data_source(split=split)
     pairs = [(ex["source"].decode("utf-8"), ex["target"].decode("utf-8")) for ex in source]
     return sorted(pairs)
+
+
+def hold_out_validation(train: Pairs, keep: tuple[str, ...] = ()) -> tuple[Pairs, Pairs]:
+    """(train, validation): every line of a command whose CRC-32 is 0 mod 10 (about 1 command in 10)
+    goes to validation, except the commands in `keep`. A command's copies stay together, so validation
+    shares no command with training, and the rule depends on the command alone, not on its file."""
+    kept, held_out = [], []
+    for source, target in train:
+        held = source not in keep and zlib.crc32(source.encode("utf-8")) % 10 == 0
+        (held_out if held else kept).append((source, target))
+    return kept, held_out

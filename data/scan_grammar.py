@@ -1,4 +1,4 @@
-"""SCAN (Lake & Baroni, 2018) generated from its phrase-structure grammar, with the standard splits.
+"""SCAN (Lake & Baroni, 2018) generated from its phrase-structure grammar, with the released splits.
 
 C -> S and S | S after S | S
 S -> V twice | V thrice | V
@@ -15,6 +15,7 @@ PRIMITIVES = {"walk": "I_WALK", "look": "I_LOOK", "run": "I_RUN", "jump": "I_JUM
 TURNS = {"left": "I_TURN_LEFT", "right": "I_TURN_RIGHT"}
 REPEATS = {"twice": 2, "thrice": 3}
 MAX_TRAIN_ACTIONS_IN_LENGTH_SPLIT = 22
+PRIMITIVE_PERIOD = 10  # add_* training files: the primitive alone is every 10th line
 
 
 def _verb_phrases() -> list[tuple[str, list[str]]]:
@@ -110,13 +111,31 @@ def length() -> tuple[list[Pair], list[Pair]]:
     return train, test
 
 
-def add_jump() -> tuple[list[Pair], list[Pair]]:
-    """Train sees "jump" only alone; test asks for it in every composition."""
+def _add_primitive(primitive: str) -> tuple[list[Pair], list[Pair]]:
+    """Training holds every command without the phrase `primitive`, and the primitive alone, repeated
+    so that it makes 1 line in 10 (as the released training files have it); test, every other command
+    with the phrase."""
+    phrase = f" {primitive} "
     train, test = [], []
     for command, actions in generate():
-        in_train = "jump" not in command.split() or command == "jump"
-        (train if in_train else test).append((command, actions))
-    return train, test
+        if command == primitive:
+            alone = (command, actions)
+        else:
+            (test if phrase in f" {command} " else train).append((command, actions))
+    repeats = len(train) // (PRIMITIVE_PERIOD - 1)  # repeats / (len(train) + repeats) = 1 / period
+    return train + [alone] * repeats, test
 
 
-SPLITS = {"simple": simple, "length": length, "add_jump": add_jump}
+def add_jump() -> tuple[list[Pair], list[Pair]]:
+    """Train sees "jump" only alone (1,467 of 14,670 lines); test asks for it in every composition."""
+    return _add_primitive("jump")
+
+
+def add_turn_left() -> tuple[list[Pair], list[Pair]]:
+    """Train sees "turn left" only alone (2,189 of 21,890 lines); test, the 1,208 commands with it."""
+    return _add_primitive("turn left")
+
+
+SPLITS = {"simple": simple, "length": length, "add_jump": add_jump, "add_turn_left": add_turn_left}
+# The phrase each add_* split shows only alone in training: its lines never go to validation.
+PRIMITIVE_OF_SPLIT = {"add_jump": "jump", "add_turn_left": "turn left"}

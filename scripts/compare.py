@@ -23,9 +23,10 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # run as a script from anywhere: the repository's packages must import
 
-from analysis import report  # noqa: E402
+from analysis import plots, report  # noqa: E402
 from configs import studies  # noqa: E402
 from training import devices  # noqa: E402
+from training.metrics import read_metrics  # noqa: E402
 
 JOBS_HELP = "training processes at once (default: one per GPU, one on a TPU, one per CPU core without them)"
 Job = tuple[str, list[str], str]  # (label, train.py command, workdir) of one (run, seed)
@@ -163,12 +164,7 @@ def job_environments(workers: int | None) -> list[dict | None]:
 def final_validation(workdir: str) -> dict:
     """The metrics of the last periodic evaluation (on the validation split) in the workdir's metrics.jsonl;
     none without the file."""
-    path = os.path.join(workdir, "metrics.jsonl")
-    if not os.path.exists(path):
-        return {}
-    with open(path) as f:
-        lines = [json.loads(line) for line in f if line.strip()]
-    evals = [line for line in lines if line["split"] == "eval"]
+    evals = [record for record in read_metrics(workdir) if record["split"] == "eval"]
     return evals[-1] if evals else {}
 
 
@@ -193,6 +189,13 @@ def load_results(workdirs: dict[str, list[str]]) -> tuple[dict[str, list[dict]],
         model = _read_json(os.path.join(finished[0], "config.json"))["model"]
         head_dim = model["d_model"] // model["num_heads"]
     return results, spectra, head_dim
+
+
+def curve_records(results: dict[str, list[dict]], workdirs: dict[str, list[str]]) -> dict[str, list[list[dict]]]:
+    """Per run of the report, the metrics.jsonl records of its finished seeds (of the run chosen on validation,
+    for a group: `select_by_validation`)."""
+    return {name: [read_metrics(workdir) for workdir in workdirs[evals[0]["run"]] if is_finished(workdir)]
+            for name, evals in results.items()}
 
 
 def select_by_validation(task: str, results: dict[str, list[dict]],
@@ -262,6 +265,8 @@ def main(argv: list[str] | None = None) -> None:
     if results:
         command = shlex.join(["python", "scripts/compare.py", *argv])
         out_dir = report_dir(args.reports_dir, args.task, args.preset)
+        plots.plot_validation_curves(curve_records(results, workdirs), report.METRICS[args.task][0],
+                                     os.path.join(out_dir, plots.CURVES_PLOT))
         path = report.write_report(args.task, args.preset, command, results, spectra, out_dir, head_dim)
         print(f"\n{report.accuracy_table(args.task, results)}\n\nreport: {path}", flush=True)
     if failed:

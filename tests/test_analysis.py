@@ -117,8 +117,8 @@ def test_summarize_attention_uses_only_unpadded_blocks(attention_fixture):
     assert [r["role"] for r in rows] == ["encoder_self"] * 4 + ["cross"] * 4
     for row in rows:
         assert set(row) == {
-            "role", "layer", "head", "seq_len",
-            "numerical_rank", "effective_rank", "stable_rank", "rank_bound",
+            "role", "layer", "head", "seq_len", "numerical_rank", "effective_rank", "stable_rank",
+            "rank_bound", "matrices", "matrices_bindable", "matrices_over_bound",
         }
         role, layer, head = row["role"], row["layer"], row["head"]
         blocks = [
@@ -137,6 +137,29 @@ def test_summarize_attention_uses_only_unpadded_blocks(attention_fixture):
         assert row["seq_len"] == round(np.mean(key_lengths[role]))
         assert row["rank_bound"] == rank_bounds[role]
     assert all(r["numerical_rank"] == 3.0 for r in rows if r["role"] == "encoder_self")
+
+
+def test_summarize_attention_counts_each_matrix_over_its_bound():
+    # Spectra of r ones: numerical rank r. [2 layers, 4 examples, 2 heads, 8]: every matrix rank 2, but
+    # one of layer 1, head 0's is rank 5, over the bound 3 while that row's mean rank (2.75) is not.
+    ranks = np.full((2, 4, 2), 2)
+    ranks[1, 2, 0] = 5
+    s = (np.arange(8) < ranks[..., None]).astype(np.float64)
+    lengths = np.array([8, 8, 8, 8])
+    spectra = {"encoder_self": s, "cross": s, "wide": s, "softmax": s}
+    query_lengths = {"encoder_self": lengths, "cross": np.array([3, 8, 6, 8]), "wide": lengths, "softmax": lengths}
+    key_lengths = {"encoder_self": lengths, "cross": np.array([8, 8, 8, 3]), "wide": lengths, "softmax": lengths}
+    bounds = {"encoder_self": 3, "cross": 5, "wide": 8, "softmax": None}
+    rows = rank.summarize_attention(spectra, query_lengths, key_lengths, bounds)
+
+    rows = {(r["role"], r["layer"], r["head"]): r for r in rows}
+    assert rows[("encoder_self", 1, 0)]["numerical_rank"] == 2.75
+    # (matrices, matrices_bindable, matrices_over_bound): cross's shorter side exceeds 5 in examples 1 and 2
+    # only; wide's bound 8 cannot bind on 8 x 8 matrices.
+    expected = {"encoder_self": (4, 4, 0), "cross": (4, 2, 0), "wide": (4, 0, 0), "softmax": (4, None, None)}
+    for (role, layer, head), row in rows.items():
+        counts = (row["matrices"], row["matrices_bindable"], row["matrices_over_bound"])
+        assert counts == ((4, 4, 1) if (role, layer, head) == ("encoder_self", 1, 0) else expected[role])
 
 
 def test_mean_spectrum_of_identities_ignores_padding():

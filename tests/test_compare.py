@@ -76,14 +76,18 @@ def test_unknown_task_or_preset_names_the_allowed_ones():
 # --- report ----------------------------------------------------------------------------------------------
 
 
-def _rank_row(role, layer, numerical_rank, bound):
+def _rank_row(role, layer, numerical_rank, bound, over=0):
+    """A row of 4 examples' 64 x 64 matrices, `over` of them over the bound."""
     return {"role": role, "layer": layer, "head": 0, "seq_len": 64, "numerical_rank": numerical_rank,
-            "effective_rank": numerical_rank / 2, "stable_rank": 1.5, "rank_bound": bound}
+            "effective_rank": numerical_rank / 2, "stable_rank": 1.5, "rank_bound": bound, "matrices": 4,
+            "matrices_bindable": None if bound is None else 4 * (bound < 64),
+            "matrices_over_bound": None if bound is None else over}
 
 
-def _eval(kind, accuracy, loss, perplexity, ranks, bound):
-    """An mlm eval.json: one encoder_self row per layer, and a decoder_self row the tables must ignore."""
-    rows = [_rank_row("encoder_self", layer, rank, bound) for layer, rank in enumerate(ranks)]
+def _eval(kind, accuracy, loss, perplexity, ranks, bound, over=(0, 0)):
+    """An mlm eval.json: one encoder_self row per layer, `over[layer]` of its matrices over the bound, and a
+    decoder_self row the tables must ignore."""
+    rows = [_rank_row("encoder_self", layer, rank, bound, n) for layer, (rank, n) in enumerate(zip(ranks, over))]
     return {"step": 100, "task": "mlm", "split": "test", "num_examples": 8,
             "attention": {"encoder_self": kind},
             "metrics": {"masked_accuracy": accuracy, "loss": loss, "perplexity": perplexity},
@@ -95,8 +99,8 @@ RESULTS = {
                 _eval("softmax", 0.6, 1.2, 3.0, [42.0, 46.0], None)],
     "linear": [_eval("linear", 0.4, 1.5, 4.0, [30.0, 31.0], 32),
                _eval("linear", 0.44, 1.7, 5.0, [31.0, 32.0], 32)],
-    # One seed, and a max numerical rank of 17 above its bound of 16.
-    "performer_m16": [_eval("performer", 0.3, 2.0, 7.0, [15.0, 17.0], 16)],
+    # One seed, and a max numerical rank of 17 above its bound of 16, in 3 of layer 1's 4 matrices.
+    "performer_m16": [_eval("performer", 0.3, 2.0, 7.0, [15.0, 17.0], 16, over=(0, 3))],
 }
 
 
@@ -112,22 +116,44 @@ def test_accuracy_table_means_and_sample_stds_over_seeds():
 
 
 def test_rank_table_checks_bounds_and_head_dim():
-    # softmax: ranks 40, 44, 42, 46 -> mean 43, max 46; linear: 30, 31, 31, 32 -> mean 31, max 32 = bound.
+    # softmax: ranks 40, 44, 42, 46 -> mean 43, max 46; linear: 30, 31, 31, 32 -> mean 31, max 32 = bound,
+    # 2 seeds x 2 layers x 4 examples = 16 matrices.
     assert report.rank_table(RESULTS, head_dim=32) == "\n".join([
         "| run | kind | seq len | numerical rank | max numerical rank | effective rank | stable rank | "
-        "rank bound | max <= bound | mean > head dim (32) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---|---|",
+        "rank bound | matrices over bound | mean > head dim (32) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
         "| softmax | softmax | 64 | 43.00 | 46.00 | 21.50 | 1.50 | - | - | yes |",
-        "| linear | linear | 64 | 31.00 | 32.00 | 15.50 | 1.50 | 32 | yes | no |",
-        "| performer_m16 | performer | 64 | 16.00 | 17.00 | 8.00 | 1.50 | 16 | no | no |",
+        "| linear | linear | 64 | 31.00 | 32.00 | 15.50 | 1.50 | 32 | 0 / 16 | no |",
+        "| performer_m16 | performer | 64 | 16.00 | 17.00 | 8.00 | 1.50 | 16 | 3 / 8 | no |",
     ])
     assert "head dim" not in report.rank_table(RESULTS)
 
 
+def test_the_bound_is_checked_on_each_matrix_of_every_seed():
+    # Every row's mean rank, 31.75 at most, is within the bound 32, but the first seed's layer 1 has one
+    # matrix over it and the second seed's layer 0 two; a bound of 64 on 64 x 64 matrices cannot bind.
+    results = {"performer_m32": [_eval("performer", 0.3, 2.0, 7.0, [31.0, 31.75], 32, over=(0, 1)),
+                                 _eval("performer", 0.3, 2.0, 7.0, [31.5, 31.0], 32, over=(2, 0))],
+               "performer_m64": [_eval("performer", 0.3, 2.0, 7.0, [60.0, 61.0], 64)]}
+    assert [line.rstrip(" |").split(" | ")[-2:] for line in report.rank_table(results).splitlines()[2:]] == [
+        ["32", "3 / 16"], ["64", "cannot bind"]]
+    note = report.rank_note(results)
+    assert "performer_m32: 3 of 16 matrices above its bound 32." in note
+    assert "performer_m64: its bound 64 cannot bind: no matrix has both sides longer." in note
+
+
+def test_a_bounded_run_without_per_matrix_counts_names_the_run():
+    old = _eval("linear", 0.4, 1.5, 4.0, [30.0, 31.0], 32)
+    old["rank"] = [{key: value for key, value in row.items() if not key.startswith("matrices")} for row in old["rank"]]
+    with pytest.raises(ValueError, match="linear: eval.json without per-matrix bound counts"):
+        report.rank_table({"linear": [old]})
+    assert "| - |" in report.rank_table({"softmax": [_eval("softmax", 0.5, 1.0, 2.0, [40.0, 44.0], None)]})
+
+
 def test_rank_note_states_each_bound_and_softmax_against_the_head_dim():
     note = report.rank_note(RESULTS, head_dim=32)
-    assert "linear: max numerical rank 32.00, within its bound 32." in note
-    assert "performer_m16: max numerical rank 17.00, above its bound 16." in note
+    assert "linear: 0 of 16 matrices above its bound 32." in note
+    assert "performer_m16: 3 of 8 matrices above its bound 16." in note
     assert "softmax: mean numerical rank 43.00, above the head dim 32." in note
     assert "softmax" not in report.rank_note(RESULTS)
 

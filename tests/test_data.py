@@ -2,6 +2,8 @@
 
 import re
 
+import zlib
+
 import numpy as np
 import pytest
 
@@ -64,13 +66,15 @@ def test_interpret_rejects_non_scan_commands(command):
         scan_grammar.interpret(command)
 
 
-@pytest.mark.parametrize(
-    "split, num_train, num_test",
-    [("simple", 16_728, 4_182), ("length", 16_990, 3_920), ("add_jump", 13_204, 7_706)],
-)
-def test_split_sizes_and_partition(scan_pairs, split, num_train, num_test):
+# (lines, distinct commands, test commands) of the released files; the add_* files repeat their primitive.
+RELEASED = {"simple": (16_728, 16_728, 4_182), "length": (16_990, 16_990, 3_920),
+            "add_jump": (14_670, 13_204, 7_706), "add_turn_left": (21_890, 19_702, 1_208)}
+
+
+@pytest.mark.parametrize("split", sorted(RELEASED))
+def test_split_sizes_and_partition(scan_pairs, split):
     train, test = scan_grammar.SPLITS[split]()
-    assert (len(train), len(test)) == (num_train, num_test)
+    assert (len(train), len(set(train)), len(test)) == RELEASED[split]
     train_commands, test_commands = {c for c, _ in train}, {c for c, _ in test}
     assert not train_commands & test_commands
     assert train_commands | test_commands == {c for c, _ in scan_pairs}
@@ -88,10 +92,47 @@ def test_length_split_separates_at_23_actions(scan_pairs):
     assert all(len(actions.split()) != 23 for _, actions in scan_pairs)
 
 
-def test_add_jump_split_shows_jump_only_alone_in_training():
-    train, test = scan_grammar.add_jump()
-    assert [pair for pair in train if "jump" in pair[0].split()] == [("jump", "I_JUMP")]
-    assert all("jump" in command.split() for command, _ in test)
+@pytest.mark.parametrize("split, primitive, actions, repeats", [("add_jump", "jump", "I_JUMP", 1_467),
+                                                                ("add_turn_left", "turn left", "I_TURN_LEFT", 2_189)])
+def test_add_splits_show_their_primitive_only_alone_and_in_one_line_of_ten(split, primitive, actions, repeats):
+    train, test = scan_grammar.SPLITS[split]()
+    with_phrase = [pair for pair in train if f" {primitive} " in f" {pair[0]} "]
+    assert with_phrase == [(primitive, actions)] * repeats
+    assert repeats * 10 == len(train)
+    assert all(f" {primitive} " in f" {command} " for command, _ in test)
+
+
+@pytest.mark.parametrize("split, command, expected", [
+    ("add_jump", "jump twice after walk", "test"),
+    ("add_jump", "turn left", "train"),
+    ("add_turn_left", "turn left twice", "test"),
+    ("add_turn_left", "walk and turn left", "test"),
+    ("add_turn_left", "turn opposite left", "train"),  # not the phrase "turn left"
+    ("add_turn_left", "jump left", "train"),
+    ("add_turn_left", "turn right after walk left", "train"),
+])
+def test_hand_picked_commands_of_the_add_splits(split, command, expected):
+    train, test = scan_grammar.SPLITS[split]()
+    assert command in {c for c, _ in (train if expected == "train" else test)}
+
+
+def test_validation_is_a_tenth_of_the_commands_by_their_hash():
+    train, _ = scan_grammar.add_jump()
+    kept, validation = scan.hold_out_validation(train, keep=("jump",))
+    held = {c for c, _ in train if zlib.crc32(c.encode("utf-8")) % 10 == 0}
+    assert {c for c, _ in validation} == held
+    assert not {c for c, _ in kept} & held
+    assert sorted(kept + validation) == sorted(train)
+    assert kept.count(("jump", "I_JUMP")) == 1_467
+    assert 0.09 < len(held) / len(set(train)) < 0.11
+    assert ("look thrice", "I_LOOK I_LOOK I_LOOK") in validation and ("walk after run", "I_RUN I_WALK") in kept
+
+
+def test_validation_keeps_every_copy_of_a_kept_command_in_training():
+    train = [("look", "I_LOOK")] * 3 + [("look left", "I_TURN_LEFT I_LOOK"), ("walk", "I_WALK")]
+    kept, validation = scan.hold_out_validation(train, keep=("look",))  # both "look" commands hash to 0
+    assert kept == [("look", "I_LOOK")] * 3 + [("walk", "I_WALK")]
+    assert validation == [("look left", "I_TURN_LEFT I_LOOK")]
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +150,7 @@ def test_tfds_builder_returns_the_split_in_sorted_order(tfds_dir):
 
 
 def test_unknown_split_is_rejected_before_building(tmp_path):
-    with pytest.raises(ValueError, match="dataset.split='xyz'.*simple, length, add_jump"):
+    with pytest.raises(ValueError, match="dataset.split='xyz'.*simple, length, add_jump, add_turn_left"):
         scan.load_split("xyz", str(tmp_path))
     assert list(tmp_path.iterdir()) == []
 

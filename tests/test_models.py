@@ -1,11 +1,13 @@
 """The encoder-decoder: decoding against a step-by-step reference, masking, and the exact-match identity."""
+import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 from flax import nnx
 
 from models import EncoderDecoder, TransformerSpec
-from models.decoding import BOS, EOS, PAD, greedy_decode
+from models.decoding import BOS, EOS, PAD, DecodeState, greedy_decode
 from training import translation
 
 SOURCE_VOCAB, TARGET_VOCAB, MAX_LEN = 11, 9, 12
@@ -55,20 +57,82 @@ def test_greedy_decode_matches_step_by_step_reference(model):
     np.testing.assert_array_equal(got, _reference_greedy(model, source, MAX_LEN))
 
 
-def test_teacher_forced_exact_match_equals_greedy_exact_match(model):
-    """metric_sums counts a row exact when every teacher-forced argmax is right; those must be the rows
-    that greedy decoding reproduces. An untrained model rarely emits EOS, so the targets here are
-    full-length greedy outputs: even rows exactly, odd rows with one token changed at position 6."""
-    source = _sources(seed=1, batch=8)
-    target = np.array(_greedy(model, source, MAX_LEN))
-    target[1::2, 6] = 4 + (target[1::2, 6] - 3) % (TARGET_VOCAB - 4)
+class _Scripted(nnx.Module):
+    """Whatever it reads, predicts token script[i, t] at position t of example i (whose source starts
+    with token 4 + i): greedy decoding outputs the script up to its first EOS, and teacher forcing's argmax
+    at position t is script[i, t]."""
+
+    def __init__(self, script):
+        self.script = nnx.Param(jnp.asarray(script, jnp.int32))
+
+    def __call__(self, source, decoder_input):
+        rows = self.script[...][source[:, 0] - 4]
+        return 10.0 * jax.nn.one_hot(rows[:, : decoder_input.shape[1]], TARGET_VOCAB)
+
+    def encode(self, source):
+        return source
+
+    def init_decode_state(self, memory, source, max_len):
+        return DecodeState(carry=source[:, 0] - 4, max_len=max_len)
+
+    def decode_step(self, token, index, state):
+        return 10.0 * jax.nn.one_hot(self.script[...][state.carry, index], TARGET_VOCAB), state
+
+
+def _scripts_with_special_tokens_everywhere(width=8):
+    """(targets, scripts): per position p and token s of PAD, BOS, EOS, a target of random words + EOS
+    and a script that is the target with s at p: PAD and BOS inserted (so that the decoded string, which
+    drops them, still equals the target's), EOS replacing; words follow the target's EOS in the script."""
+    rng = np.random.default_rng(0)
+    targets, scripts = [], []
+    for position in range(width):
+        for special in (PAD, BOS, EOS, None):  # None: the script is the target
+            words = list(rng.integers(4, TARGET_VOCAB, rng.integers(1, width - 1)))
+            target = words + [EOS] + [PAD] * (width - len(words) - 1)
+            script = words + [EOS] + list(rng.integers(4, TARGET_VOCAB, width))
+            if special in (PAD, BOS):
+                script.insert(position, special)
+            elif special == EOS:
+                script[position] = EOS
+            targets.append(target)
+            scripts.append(script[:width])
+    return np.array(targets), np.array(scripts)
+
+
+def test_exact_match_compares_token_ids_and_teacher_forcing_equals_the_final_evaluation():
+    """translation.final_metrics (eval.json's path: greedy decoding, token ids up to EOS) and metric_sums
+    (teacher forcing) agree with each other and with a row-by-row reference, on outputs with PAD, BOS and
+    EOS at every position; rows whose decoded string equals the reference's are wrong when a PAD or BOS
+    came before EOS."""
+    from data.vocab import Vocabulary
+    from training import evaluate
+
+    target, script = _scripts_with_special_tokens_everywhere()
+    vocab = Vocabulary([*Vocabulary.SPECIAL_TOKENS, *(f"w{i}" for i in range(4, TARGET_VOCAB))])
+    source = np.stack([4 + np.arange(len(target)), np.full(len(target), EOS)], 1)
     decoder_input = np.concatenate([np.full((len(target), 1), BOS), target[:, :-1]], 1)
-    batch = {"source": source, "decoder_input": jnp.asarray(decoder_input), "target": jnp.asarray(target)}
-    _, sums = nnx.jit(translation.metric_sums)(model, batch)
-    decoded = np.asarray(_greedy(model, source, MAX_LEN))
-    greedy_exact = [np.array_equal(d, t) for d, t in zip(decoded, target)]
-    assert greedy_exact == [True, False] * 4
-    assert int(sums["exact_sequences"]) == sum(greedy_exact)
+    arrays = {"source": source, "decoder_input": decoder_input, "target": target}
+    pairs = [(str(i), vocab.decode(row)) for i, row in enumerate(target)]
+    data = translation.TranslationData(vocab, vocab, arrays, None, arrays, pairs)
+    config = ml_collections.ConfigDict({"eval": {"batch_size": 16, "beam_size": 1, "length_penalty": 0.0}})
+    model = _Scripted(script)
+
+    expected = []
+    for row_target, row_script in zip(target, script):
+        end = list(row_target).index(EOS) + 1
+        expected.append(np.array_equal(row_script[:end], row_target[:end]))
+    decoded = translation.decoded_outputs(model, arrays, config.eval)
+    first_eos = [list(row).index(EOS) + 1 if EOS in row else len(row) for row in script]
+    np.testing.assert_array_equal(decoded, [list(row[:end]) + [PAD] * (len(row) - end)
+                                            for row, end in zip(script, first_eos)])
+    string_equal = [vocab.decode(row) == reference for row, (_, reference) in zip(decoded, pairs)]
+    assert sum(np.logical_and(string_equal, np.logical_not(expected))) >= 8  # PAD or BOS before EOS
+    assert 0 < sum(expected) < len(expected)
+
+    teacher_forced = translation.summarize(evaluate.model_metric_totals(model, translation.metric_sums, arrays, 16))
+    assert translation.final_metrics(config, model, data)["exact_match"] == pytest.approx(np.mean(expected))
+    assert teacher_forced["exact_match"] == pytest.approx(np.mean(expected))
+    np.testing.assert_array_equal(translation.exact_rows(decoded == target, target), expected)
 
 
 def test_padding_in_the_source_does_not_change_the_output(model):

@@ -52,8 +52,15 @@ def _child(out: str, devices: int, files) -> None:
     from training.checkpoints import Checkpoints
 
     assert jax.device_count() == devices
-    translation.evaluate_model = lambda *args: {"metrics": {}}  # decoding and ranks: test_training's concern
     save, final = Checkpoints.save, {}
+    decode, final["decoded_on"] = translation.greedy_decode, []
+
+    def recording_decode(model, source, max_len):  # how the final evaluation's batches are placed
+        jax.debug.inspect_array_sharding(source, callback=lambda placement: final["decoded_on"].append(
+            [placement.num_devices, list(getattr(placement, "spec", None) or [])]))
+        return decode(model, source, max_len)
+
+    translation.greedy_decode = recording_decode
 
     def recording_save(self, step, state, metadata):
         if step == STEPS:
@@ -73,7 +80,8 @@ def _child(out: str, devices: int, files) -> None:
         final["params_path"] = os.path.join(out, f"{run}_params.npz")
         loop.train_and_evaluate(_config(files, devices, overrides), workdir)
         with open(os.path.join(out, f"{run}_state.json"), "w") as f:
-            json.dump({"dtypes": final["dtypes"], "specs": final["specs"]}, f)
+            json.dump({"dtypes": final["dtypes"], "specs": final["specs"], "decoded_on": final["decoded_on"]}, f)
+        final["decoded_on"] = []
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +100,10 @@ def runs(data_files, tmp_path_factory):
             lines = [json.loads(line) for line in f]
         with open(os.path.join(out, f"{run}_state.json")) as f:
             state = json.load(f)
+        with open(os.path.join(out, run, "eval.json")) as f:
+            evaluated = json.load(f)
         return {"train": [line for line in lines if line["split"] == "train"],
-                "eval": [line for line in lines if line["split"] == "eval"],
+                "eval": [line for line in lines if line["split"] == "eval"], "final": evaluated,
                 "params": dict(np.load(os.path.join(out, f"{run}_params.npz"))), **state}
 
     return {run: load(run) for names in RUNS.values() for run in names}
@@ -108,7 +118,7 @@ def _assert_same_training(run: dict, reference: dict, first_step: int = 1) -> No
         assert line["grad_norm"] == pytest.approx(expected["grad_norm"], rel=1e-4), line["step"]
     [evaluated], [expected] = run["eval"], reference["eval"]
     assert evaluated["loss"] == pytest.approx(expected["loss"], rel=LOSS_RTOL)
-    # Padding rows weigh nothing: the same counts over the same 40 test examples.
+    # Padding rows weigh nothing: the same counts over the same validation examples.
     assert evaluated["token_accuracy"] == pytest.approx(expected["token_accuracy"], abs=1e-6)
     assert evaluated["exact_match"] == pytest.approx(expected["exact_match"], abs=1e-6)
     assert run["params"].keys() == reference["params"].keys()
@@ -121,6 +131,28 @@ def test_four_devices_follow_the_one_device_run_of_the_same_global_batch(runs):
     assert {line["step"] for line in runs["reference"]["train"]} == set(range(1, STEPS + 1))
     _assert_same_training(runs["replicated"], runs["reference"])
     assert all(spec == [] for spec in runs["replicated"]["specs"].values())  # nothing split
+
+
+@pytest.mark.parametrize("run", ["replicated", "resumed"])
+def test_four_devices_evaluate_the_final_model_like_one_device(runs, run):
+    """eval.json: greedy exact match, BLEU, teacher-forced metrics and ranks, with the decoding batches
+    padded (30 rows to 32) and split over the 4 devices as the periodic evaluation's are."""
+    final, reference = runs[run]["final"], runs["reference"]["final"]
+    assert runs[run]["decoded_on"] == [[4, ["data"]]]  # one compilation serves both batches of 32
+    assert [devices for devices, _ in runs["reference"]["decoded_on"]] == [1]
+    assert final["num_examples"] == reference["num_examples"] == 40
+    assert final["metrics"]["exact_match"] == reference["metrics"]["exact_match"]
+    assert final["metrics"]["bleu"] == pytest.approx(reference["metrics"]["bleu"], abs=1e-9)
+    for name in ("token_accuracy", "loss"):
+        assert final["metrics"][name] == pytest.approx(reference["metrics"][name], rel=LOSS_RTOL)
+    assert [(row["role"], row["layer"]) for row in final["rank"]] == [
+        (row["role"], row["layer"]) for row in reference["rank"]]
+    for row, expected in zip(final["rank"], reference["rank"]):
+        for name, value in expected.items():
+            if isinstance(value, float):
+                assert row[name] == pytest.approx(value, rel=1e-3, abs=1e-6), (row["role"], name)
+            else:
+                assert row[name] == value, (row["role"], name)
 
 
 def _expected_fsdp_spec(shape: tuple, devices: int = 4) -> list:

@@ -2,6 +2,7 @@
 import json
 import os
 import shutil
+import zlib
 
 import jax
 import pytest
@@ -53,7 +54,7 @@ def test_eval_json_has_the_documented_keys(trained):
         for layer in range(layers) for head in range(heads)}
     for row in rows:
         assert set(row) == {"role", "layer", "head", "seq_len", "numerical_rank", "effective_rank",
-                            "stable_rank", "rank_bound"}
+                            "stable_rank", "rank_bound", "matrices", "matrices_bindable", "matrices_over_bound"}
         assert row["rank_bound"] is None  # softmax
         # Means over examples of per-matrix values, so only orderings that hold per matrix are checked.
         assert 1 <= row["stable_rank"] <= row["numerical_rank"] + 1e-6
@@ -74,7 +75,7 @@ def test_workdir_holds_config_metrics_checkpoints_and_plots(trained):
     for line in eval_lines:
         assert {"loss", "token_accuracy", "exact_match"} <= set(line)
     assert os.path.isdir(os.path.join(workdir, "checkpoints", "20"))
-    for plot in ("attention.png", "spectra.png"):
+    for plot in ("attention.png", "spectra.png", "curves.png"):
         with open(os.path.join(workdir, "plots", plot), "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
@@ -116,11 +117,37 @@ def test_a_few_training_steps_lower_the_loss(tiny_config, tmp_path):
     assert losses[-1] < 0.5 * losses[0]
 
 
+def test_validation_is_held_out_of_the_training_file_unless_switched_off(tiny_config, data_files, tmp_path):
+    from data import files
+
+    config = tiny_config()
+    data = translation.prepare_data(config, str(tmp_path))
+    lines = files.read_parallel_file(data_files[0])
+    held = [pair for pair in lines if zlib.crc32(pair[0].encode("utf-8")) % 10 == 0]
+    assert len(data.validation["source"]) == len(held) > 0
+    assert len(data.train["source"]) == len(lines) - len(held)
+    assert not {r.tobytes() for r in data.validation["source"]} & {r.tobytes() for r in data.train["source"]}
+    assert len(data.test["source"]) == 40
+
+    config.dataset.hold_out_validation = False
+    data = translation.prepare_data(config, str(tmp_path))
+    assert data.validation is None and len(data.train["source"]) == len(lines)
+
+
+def test_training_on_the_full_file_runs_no_periodic_evaluation(tiny_config, tmp_path):
+    config = tiny_config(arg="tiny,full_train")
+    config.num_train_steps, config.eval_every_steps, config.eval.plots = 4, 2, False
+    result = loop.train_and_evaluate(config, str(tmp_path))
+    with open(tmp_path / "metrics.jsonl") as f:
+        assert {json.loads(line)["split"] for line in f} == {"train"}
+    assert result["split"] == "test"
+
+
 ERRORS = [
     ({"attention.name": "nope"}, ConfigError, "attention.name='nope'.*choose one of: .*linear.*softmax"),
     ({"attention.cross": "nope"}, ConfigError, "attention.cross"),
     ({"model.num_heads": 3}, ConfigError, "d_model=32 is not divisible by config.model.num_heads=3"),
-    ({"dataset.name": "scan", "dataset.split": "nope"}, ConfigError, "simple, length, add_jump"),
+    ({"dataset.name": "scan", "dataset.split": "nope"}, ConfigError, "simple, length, add_jump, add_turn_left"),
     ({"dataset.train_file": "/nonexistent/train.tsv"}, ConfigError, "/nonexistent/train.tsv.*not found"),
     ({"attention.num_fetures": 3}, ConfigError, "num_fetures"),
     ({"attention.name": "taylor", "attention.taylor_order": 3}, ConfigError, "taylor_order"),

@@ -9,10 +9,11 @@ import jax
 import numpy as np
 from flax import nnx
 
+from analysis import plots
 from data.prefetch import prefetch
 from training import devices, evaluate, interrupts, sharding, tasks, validate
 from training.checkpoints import Checkpoints
-from training.metrics import MetricsWriter
+from training.metrics import MetricsWriter, read_metrics
 from training.steps import create_optimizer, init_state, learning_rate_schedule, make_eval_step, make_train_step
 
 
@@ -160,7 +161,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
             if done % config.log_every_steps == 0 or last:
                 _log_train_window(task, config, writer, pending, done, elapsed(), progress)
                 pending = []
-            if done % config.eval_every_steps == 0 or last:
+            if data.validation is not None and (done % config.eval_every_steps == 0 or last):
                 eval_metrics = task.summarize(evaluate.metric_totals(
                     eval_step, state["params"], state["rest"], data.validation, config.eval.batch_size))
                 writer.write(done, "eval", elapsed(), eval_metrics)
@@ -173,6 +174,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
             if stop.signum:
                 _exit_interrupted(done, stop, checkpoints, writer)
     checkpoints.close()
+    if config.eval.plots and jax.process_index() == 0:  # the other hosts' metrics are the same
+        plots.plot_run_curves(read_metrics(workdir), os.path.join(workdir, "plots", plots.CURVES_PLOT))
 
     nnx.update(model, state["params"], state["rest"])
     result = task.evaluate_model(config, workdir, model, data, config.num_train_steps)

@@ -10,6 +10,7 @@ from training import devices, validate
 # pre-empted) and the sweep's id.
 RUN_ID_VAR, SWEEP_ID_VAR = "WANDB_RUN_ID", "WANDB_SWEEP_ID"
 RUN_ID_PLACEHOLDER = "{wandb_run_id}"  # in train.py's --workdir: one workdir per agent run
+METRICS_FILE = "metrics.jsonl"
 
 
 def wandb_mode(config) -> str:
@@ -44,22 +45,30 @@ def _run_id(workdir: str) -> str:
     return run_id
 
 
+def read_metrics(directory: str) -> list[dict]:
+    """The lines of `directory`'s metrics.jsonl, in order; none without the file (a run not started yet)."""
+    path = os.path.join(directory, METRICS_FILE)
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
 class MetricsWriter:
     """Appends `{"step", "split", "elapsed_s", ...}` lines; on resume, first drops lines written after
     the restored step, so the file reads as if the run had never been interrupted."""
 
     def __init__(self, workdir: str, config, resume_step: int):
-        self.path = os.path.join(workdir, "metrics.jsonl")
-        self._truncate_after(resume_step)
+        self.path = os.path.join(workdir, METRICS_FILE)
+        self._truncate_after(workdir, resume_step)
         self.run = self._start_wandb(workdir, config) if wandb_mode(config) != "disabled" else None
 
-    def _truncate_after(self, step: int) -> None:
+    def _truncate_after(self, workdir: str, step: int) -> None:
         if not os.path.exists(self.path):
             return
-        with open(self.path) as f:
-            kept = [line for line in f if line.strip() and json.loads(line)["step"] <= step]
+        kept = [record for record in read_metrics(workdir) if record["step"] <= step]
         with open(self.path, "w") as f:
-            f.writelines(kept)
+            f.writelines(json.dumps(record) + "\n" for record in kept)
 
     @staticmethod
     def _start_wandb(workdir: str, config):

@@ -1,6 +1,7 @@
 """Tasks by `config.task`. A task module provides:
 
-  prepare_data(config, workdir) -> data        with `data.train` and `data.validation` arrays
+  prepare_data(config, workdir) -> data        with `data.train` and `data.validation` arrays (validation
+                                               None: no periodic evaluation)
   create_model(config, data) -> model          with `attention_layers()`
   train_batch(config, data, batch_size, step)  the batch at a step, a function of (seed, step)
   metric_sums(model, batch, label_smoothing)   (mean loss, sums that add over batches, `input_tokens` among

@@ -8,13 +8,14 @@ import jax.numpy as jnp
 import numpy as np
 import sacrebleu
 from flax import nnx
+from jax.experimental import multihost_utils
 
-from data import files, pipeline, scan
+from data import files, pipeline, scan, scan_grammar
 from data.vocab import Vocabulary
 from models import ROLES, EncoderDecoder
 from models.decoding import beam_search, greedy_decode
 from models.rnn import RecurrentEncoderDecoder, RecurrentSpec
-from training import evaluate, validate
+from training import evaluate, sharding, validate
 from training.losses import token_cross_entropy
 
 PROGRESS_METRIC = "token_accuracy"
@@ -25,18 +26,30 @@ class TranslationData:
     source_vocab: Vocabulary
     target_vocab: Vocabulary
     train: dict  # name -> int32 [N, L] arrays from pipeline.encode_pairs
-    test: dict
+    validation: dict | None  # periodic evaluation; None when dataset.hold_out_validation is off
+    test: dict  # only the final evaluation (eval.json) reads it
     test_pairs: list
 
-    @property
-    def validation(self):  # SCAN has no validation split: training follows the test split
-        return self.test
 
-
-def load_pairs(dataset):
+def load_pairs(dataset) -> tuple[list, list, list]:
+    """(train, validation, test) pairs. Validation is held out of the released training pairs
+    (scan.hold_out_validation; an add_* split's primitive stays in training), or empty when
+    dataset.hold_out_validation is off."""
     if dataset.name == "scan":
-        return scan.load_split(dataset.split, dataset.data_dir)
-    return files.read_parallel_file(dataset.train_file), files.read_parallel_file(dataset.test_file)
+        train, test = scan.load_split(dataset.split, dataset.data_dir)
+        primitive = scan_grammar.PRIMITIVE_OF_SPLIT.get(dataset.split)
+        keep = (primitive,) if primitive else ()
+    else:
+        train, test = files.read_parallel_file(dataset.train_file), files.read_parallel_file(dataset.test_file)
+        keep = ()
+    if not dataset.hold_out_validation:
+        return train, [], test
+    train, validation = scan.hold_out_validation(train, keep)
+    if not validation:
+        raise validate.ConfigError(
+            f"config.dataset.hold_out_validation: none of the {len(train)} training commands falls in the "
+            f"validation rule (CRC-32 0 mod 10); give more pairs or set it False")
+    return train, validation, test
 
 
 def _vocabulary(path: str, sentences) -> Vocabulary:
@@ -49,16 +62,18 @@ def _vocabulary(path: str, sentences) -> Vocabulary:
 
 
 def prepare_data(config, workdir: str) -> TranslationData:
-    train_pairs, test_pairs = load_pairs(config.dataset)
+    train_pairs, validation_pairs, test_pairs = load_pairs(config.dataset)
     source_vocab = _vocabulary(os.path.join(workdir, "vocab_source.json"), (s for s, _ in train_pairs))
     target_vocab = _vocabulary(os.path.join(workdir, "vocab_target.json"), (t for _, t in train_pairs))
     # Lengths cover the test split too: the length split tests on longer outputs than it trains on.
-    every_pair = train_pairs + test_pairs
+    every_pair = train_pairs + validation_pairs + test_pairs
     source_len = max(len(s.split()) for s, _ in every_pair) + 1
     target_len = max(len(t.split()) for _, t in every_pair) + 1
     def encode(pairs):
         return pipeline.encode_pairs(pairs, source_vocab, target_vocab, source_len, target_len)
-    return TranslationData(source_vocab, target_vocab, encode(train_pairs), encode(test_pairs), test_pairs)
+    validation = encode(validation_pairs) if validation_pairs else None
+    return TranslationData(source_vocab, target_vocab, encode(train_pairs), validation, encode(test_pairs),
+                           test_pairs)
 
 
 def create_model(config, data: TranslationData):
@@ -93,23 +108,28 @@ def metric_sums(model, batch, label_smoothing: float = 0.0):
 
     `exact_sequences` counts rows whose every target token, EOS included, is the argmax under teacher
     forcing: exactly the rows that greedy decoding reproduces, since greedy decoding then sees the
-    gold prefix at every step (tests check the equivalence against real decoding).
+    gold prefix at every step (tests check the equivalence through the final evaluation's path).
     """
     target = batch["target"]
     weights = (target != Vocabulary.PAD).astype(jnp.float32)
     token_losses, hits = token_cross_entropy(model(batch["source"], batch["decoder_input"]), target,
                                              weights, label_smoothing)
-    correct = hits | (target == Vocabulary.PAD)
     real_rows = weights[:, 0]
     sums = {
         "loss": token_losses.sum(),
         "tokens": weights.sum(),
-        "correct_tokens": (correct * weights).sum(),
-        "exact_sequences": (jnp.all(correct, -1) * real_rows).sum(),
+        "correct_tokens": (hits * weights).sum(),
+        "exact_sequences": (exact_rows(hits, target) * real_rows).sum(),
         "sequences": real_rows.sum(),
         "input_tokens": input_tokens(batch),
     }
     return sums["loss"] / jnp.maximum(sums["tokens"], 1.0), sums
+
+
+def exact_rows(hits, target):
+    """Rows whose tokens are all right up to and including the target's EOS, by token id: a PAD or BOS
+    emitted before it makes the row wrong. `hits` [N, L] marks the right tokens (NumPy or JAX)."""
+    return (hits | (target == Vocabulary.PAD)).all(axis=-1)
 
 
 def summarize(sums: dict) -> dict:
@@ -121,11 +141,14 @@ def summarize(sums: dict) -> dict:
     }
 
 
-def decoded_outputs(model, data: TranslationData, eval_config) -> list[str]:
-    """The test outputs, decoded with the cache: greedy (eval.beam_size 1) or beam search."""
+def decoded_outputs(model, arrays: dict, eval_config) -> np.ndarray:
+    """[N, target length] tokens decoded from `arrays["source"]` with the cache, greedy (eval.beam_size 1)
+    or beam search, PAD after EOS; in batches padded and split over the devices the model is on, like
+    evaluate.metric_totals."""
     model.eval()
     graphdef, state = nnx.split(model)
-    max_len = data.test["target"].shape[1]
+    max_len = arrays["target"].shape[1]
+    mesh = sharding.mesh_of(state)
 
     def search(model, source):
         if eval_config.beam_size == 1:
@@ -133,11 +156,10 @@ def decoded_outputs(model, data: TranslationData, eval_config) -> list[str]:
         return beam_search(model, source, max_len, eval_config.beam_size, eval_config.length_penalty)
 
     decode = jax.jit(lambda state, source: search(nnx.merge(graphdef, state), source))
-    outputs = []
-    for batch, real in pipeline.fixed_size_batches(data.test, eval_config.batch_size):
-        tokens = jax.device_get(decode(state, batch["source"]))[:real]
-        outputs.extend(data.target_vocab.decode(row) for row in tokens)
-    return outputs
+    batches = pipeline.fixed_size_batches({"source": arrays["source"]},
+                                          sharding.padded_batch_size(eval_config.batch_size, mesh))
+    return np.concatenate([multihost_utils.process_allgather(
+        decode(state, sharding.put_batch(batch, mesh)["source"]), tiled=True)[:real] for batch, real in batches])
 
 
 def _forward(model, batch):
@@ -160,23 +182,30 @@ def attention_analysis(config, workdir: str, model, data: TranslationData) -> li
     return evaluate.attention_analysis(config, workdir, model, weights, query_len, key_len, tokens_q, tokens_k)
 
 
+def final_metrics(config, model, data: TranslationData) -> dict:
+    """eval.json's metrics: exact match of the decoded outputs by token id, BLEU of their strings,
+    teacher-forced token accuracy and loss."""
+    teacher_forced = summarize(evaluate.model_metric_totals(model, metric_sums, data.test, config.eval.batch_size))
+    tokens, target = decoded_outputs(model, data.test, config.eval), data.test["target"]
+    outputs = [data.target_vocab.decode(row) for row in tokens]  # without PAD and BOS: for BLEU only
+    references = [reference for _, reference in data.test_pairs]
+    return {
+        "exact_match": float(exact_rows(tokens == target, target).mean()),
+        "token_accuracy": teacher_forced["token_accuracy"],
+        "bleu": sacrebleu.corpus_bleu(outputs, [references]).score,
+        "loss": teacher_forced["loss"],
+    }
+
+
 def evaluate_model(config, workdir: str, model, data: TranslationData, step: int) -> dict:
     """Evaluates on the whole test split and writes `eval.json` in the workdir; returns its content."""
-    metrics = summarize(evaluate.model_metric_totals(model, metric_sums, data.test, config.eval.batch_size))
-    outputs = decoded_outputs(model, data, config.eval)
-    references = [target for _, target in data.test_pairs]
     return evaluate.write_eval_json(workdir, {
         "step": int(step),
         "task": "translation",
         "split": "test",
-        "num_examples": len(references),
+        "num_examples": len(data.test_pairs),
         "attention": validate.role_kinds(config),
-        "metrics": {
-            "exact_match": float(np.mean([o == r for o, r in zip(outputs, references)])),
-            "token_accuracy": metrics["token_accuracy"],
-            "bleu": sacrebleu.corpus_bleu(outputs, [references]).score,
-            "loss": metrics["loss"],
-        },
+        "metrics": final_metrics(config, model, data),
         "rank": attention_analysis(config, workdir, model, data),
         # Over the longest source and target: the keys each role attends over.
         "state": evaluate.attention_state(model, {"encoder_self": data.test["source"].shape[1],
