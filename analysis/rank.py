@@ -120,7 +120,8 @@ def summarize_attention(
 
     spectra[role] is attention_spectra's [num_layers, num_examples, num_heads, n]; example e's matrix is
     query_lengths[role][e] x key_lengths[role][e]. A row's "seq_len" is the mean key length over the
-    examples, rounded to int; "rank_bound" is rank_bounds[role]; "matrices" is the number of examples;
+    examples, rounded to int; "max_numerical_rank" the largest over the examples' matrices; "rank_bound" is
+    rank_bounds[role]; "matrices" is the number of examples;
     "matrices_bindable" counts those whose shorter side exceeds the bound, "matrices_over_bound" those whose
     numerical rank does (both None without a bound).
     """
@@ -140,6 +141,7 @@ def summarize_attention(
                 rows.append(
                     {"role": role, "layer": layer, "head": head, "seq_len": seq_len}
                     | {name: float(means[name][layer, head]) for name in METRIC_NAMES}
+                    | {"max_numerical_rank": int(metrics["numerical_rank"][layer, :, head].max())}
                     | {"rank_bound": bound, "matrices": num_examples, "matrices_bindable": bindable,
                        "matrices_over_bound": None if over is None else int(over[layer, head])}
                 )

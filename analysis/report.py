@@ -70,8 +70,9 @@ def _rank_mean(evals: list[dict], field: str) -> float:
     return float(np.mean([row[field] for row in _rank_rows(evals)]))
 
 
-def _max_numerical_rank(evals: list[dict]) -> float:
-    return max(row["numerical_rank"] for row in _rank_rows(evals))
+def _max_numerical_rank(evals: list[dict]) -> int:
+    """The largest numerical rank of a single matrix, over every layer, head, example and seed."""
+    return max(row["max_numerical_rank"] for row in _rank_rows(evals))
 
 
 def _dash_if_none(value) -> str:
@@ -143,7 +144,7 @@ def rank_table(results: dict[str, list[dict]], head_dim: int | None = None) -> s
             continue
         lines.append(
             f"| {name} | {_kind(evals)} | {_rank_mean(evals, 'seq_len'):g} | "
-            f"{_rank_mean(evals, 'numerical_rank'):.2f} | {_max_numerical_rank(evals):.2f} | "
+            f"{_rank_mean(evals, 'numerical_rank'):.2f} | {_max_numerical_rank(evals)} | "
             f"{_rank_mean(evals, 'effective_rank'):.2f} | {_rank_mean(evals, 'stable_rank'):.2f} | "
             f"{_dash_if_none(_rank_bound(evals))} | {_over_bound(_bound_counts(name, evals))} |"
             + (f" {_yes_no(_above_head_dim(evals, head_dim))} |" if with_head_dim else "")

@@ -86,6 +86,11 @@ def _translation_full() -> Study:
     return Study("configs/translation.py", {}, _translation_runs(), seeds=3)
 
 
+def _translation_default() -> Study:
+    """The default config (`make train`) with softmax and with elu+1 linear attention in every role."""
+    return Study("configs/translation.py", {}, [_run("softmax"), _run("linear")], seeds=1)
+
+
 def _translation_kinds() -> Study:
     # scaled_dot is softmax registered under a second name: one run of it is enough.
     runs = [_run(kind) for kind in attention.names() if kind != "scaled_dot"]
@@ -177,8 +182,8 @@ def _recall_full() -> Study:
 
 _STUDIES = {
     "mlm": {"quick": _mlm_quick, "full": _mlm_full, "long": _mlm_long},
-    "translation": {"quick": _translation_quick, "full": _translation_full, "kinds": _translation_kinds,
-                    "splits": _translation_splits},
+    "translation": {"quick": _translation_quick, "full": _translation_full, "default": _translation_default,
+                    "kinds": _translation_kinds, "splits": _translation_splits},
     "recall": {"quick": _recall_quick, "bidirectional": _recall_bidirectional, "kinds": _recall_kinds,
                "anchors": _recall_anchors, "full": _recall_full},
 }

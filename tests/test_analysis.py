@@ -117,21 +117,23 @@ def test_summarize_attention_uses_only_unpadded_blocks(attention_fixture):
     assert [r["role"] for r in rows] == ["encoder_self"] * 4 + ["cross"] * 4
     for row in rows:
         assert set(row) == {
-            "role", "layer", "head", "seq_len", "numerical_rank", "effective_rank", "stable_rank",
-            "rank_bound", "matrices", "matrices_bindable", "matrices_over_bound",
+            "role", "layer", "head", "seq_len", "numerical_rank", "max_numerical_rank", "effective_rank",
+            "stable_rank", "rank_bound", "matrices", "matrices_bindable", "matrices_over_bound",
         }
         role, layer, head = row["role"], row["layer"], row["head"]
         blocks = [
             weights[role][layer, e, head, :lq, :lk].astype(np.float32)
             for e, (lq, lk) in enumerate(zip(query_lengths[role], key_lengths[role]))
         ]
-        expected_rank = np.mean([np.linalg.matrix_rank(b) for b in blocks])
+        ranks = [np.linalg.matrix_rank(b) for b in blocks]
+        expected_rank = np.mean(ranks)
         s = [np.linalg.svd(b.astype(np.float64), compute_uv=False) for b in blocks]
         expected_stable = np.mean([np.sum(x**2) / x[0] ** 2 for x in s])
         p = [x / x.sum() for x in s]
         expected_effective = np.mean([np.exp(-np.sum(q * np.log(q))) for q in p])
 
         assert row["numerical_rank"] == pytest.approx(expected_rank)
+        assert row["max_numerical_rank"] == max(ranks)
         assert row["stable_rank"] == pytest.approx(expected_stable)
         assert row["effective_rank"] == pytest.approx(expected_effective)
         assert row["seq_len"] == round(np.mean(key_lengths[role]))

@@ -2,6 +2,7 @@
 import functools
 import importlib
 import json
+import math
 import os
 
 import pytest
@@ -77,8 +78,10 @@ def test_unknown_task_or_preset_names_the_allowed_ones():
 
 
 def _rank_row(role, layer, numerical_rank, bound, over=0):
-    """A row of 4 examples' 64 x 64 matrices, `over` of them over the bound."""
+    """A row of 4 examples' 64 x 64 matrices, `over` of them over the bound; its largest matrix rank is the
+    mean rank rounded up, one more where a matrix is over the bound."""
     return {"role": role, "layer": layer, "head": 0, "seq_len": 64, "numerical_rank": numerical_rank,
+            "max_numerical_rank": math.ceil(numerical_rank) + (over > 0),
             "effective_rank": numerical_rank / 2, "stable_rank": 1.5, "rank_bound": bound, "matrices": 4,
             "matrices_bindable": None if bound is None else 4 * (bound < 64),
             "matrices_over_bound": None if bound is None else over}
@@ -122,9 +125,9 @@ def test_rank_table_checks_bounds_and_head_dim():
         "| run | kind | seq len | numerical rank | max numerical rank | effective rank | stable rank | "
         "rank bound | matrices over bound | mean > head dim (32) |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
-        "| softmax | softmax | 64 | 43.00 | 46.00 | 21.50 | 1.50 | - | - | yes |",
-        "| linear | linear | 64 | 31.00 | 32.00 | 15.50 | 1.50 | 32 | 0 / 16 | no |",
-        "| performer_m16 | performer | 64 | 16.00 | 17.00 | 8.00 | 1.50 | 16 | 3 / 8 | no |",
+        "| softmax | softmax | 64 | 43.00 | 46 | 21.50 | 1.50 | - | - | yes |",
+        "| linear | linear | 64 | 31.00 | 32 | 15.50 | 1.50 | 32 | 0 / 16 | no |",
+        "| performer_m16 | performer | 64 | 16.00 | 18 | 8.00 | 1.50 | 16 | 3 / 8 | no |",
     ])
     assert "head dim" not in report.rank_table(RESULTS)
 
@@ -173,7 +176,7 @@ def test_rnn_rows_report_their_cross_attention_and_dashes_without_attention(tmp_
         "| rnn_additive | additive | - | 1 | 0.9000 ± - | 0.9000 | 90.0000 | 0.1000 |"]
     assert report.rank_table(results).splitlines()[2:] == [
         "| rnn_none | none | - | - | - | - | - | - | - |",
-        "| rnn_additive | additive | 64 | 7.00 | 7.00 | 3.50 | 1.50 | - | - |"]
+        "| rnn_additive | additive | 64 | 7.00 | 7 | 3.50 | 1.50 | - | - |"]
     spectra = {"rnn_additive": {"cross": [[1.0, 0.5, 0.1]]}}
     path = report.write_report("translation", "quick", "cmd", results, spectra, str(tmp_path))
     assert os.path.exists(path) and os.path.exists(tmp_path / report.SPECTRA_PLOT)

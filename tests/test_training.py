@@ -54,7 +54,8 @@ def test_eval_json_has_the_documented_keys(trained):
         for layer in range(layers) for head in range(heads)}
     for row in rows:
         assert set(row) == {"role", "layer", "head", "seq_len", "numerical_rank", "effective_rank",
-                            "stable_rank", "rank_bound", "matrices", "matrices_bindable", "matrices_over_bound"}
+                            "stable_rank", "max_numerical_rank", "rank_bound", "matrices", "matrices_bindable",
+                            "matrices_over_bound"}
         assert row["rank_bound"] is None  # softmax
         # Means over examples of per-matrix values, so only orderings that hold per matrix are checked.
         assert 1 <= row["stable_rank"] <= row["numerical_rank"] + 1e-6
