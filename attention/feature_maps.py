@@ -74,9 +74,12 @@ def positive_random_features(x, projection, stabilizer=None):
 
 def features_of_exponent(exponent, stabilizer=None):
     """The positive random features of an already computed `random_feature_exponent` [..., m], in its
-    dtype: for callers that need the exponent anyway (to choose the stabilizer), so it is computed once."""
+    dtype: for callers that need the exponent anyway (to choose the stabilizer), so it is computed once.
+
+    The stabilizer is a constant to differentiation: it cancels in the normalised attention (whose eps is
+    rescaled by it too), so its gradient would only add terms that sum to 0."""
     if stabilizer is not None:
-        exponent = exponent - stabilizer
+        exponent = exponent - jax.lax.stop_gradient(stabilizer)
     return jnp.exp(exponent) / math.sqrt(exponent.shape[-1])
 
 

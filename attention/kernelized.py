@@ -27,9 +27,16 @@ def _sum_products(subscripts, *operands):
     return jnp.einsum(subscripts, *operands, preferred_element_type=jnp.float32)
 
 
+def _denominator(normaliser, eps):
+    """normaliser + eps, floored at float32's smallest normal number: a normaliser and a (stabilised) eps
+    that both underflowed, for a query with no key or whose terms all underflowed, give 0 / tiny, not
+    0 / 0; a sum above the floor is left exact."""
+    return jnp.maximum(normaliser + eps, jnp.finfo(jnp.float32).tiny)
+
+
 def _normalise(numerator_and_normaliser, eps):
     numerator, normaliser = numerator_and_normaliser[..., :-1], numerator_and_normaliser[..., -1:]
-    return numerator / (normaliser + eps)
+    return numerator / _denominator(normaliser, eps)
 
 
 def key_state(phi_k, v):
@@ -48,39 +55,71 @@ def bidirectional_linear_attention(phi_q, phi_k, v, eps):
     return attend_state(phi_q, key_state(phi_k, v), eps).astype(v.dtype)
 
 
-def causal_linear_attention(phi_q, phi_k, v, eps, chunk_size: int):
+def _causal_factors(key_stabiliser, length: int):
+    """Factors [..., H, Lq, Lk] of causal scores over `length` positions whose keys are scaled down by
+    exp(key_stabiliser), a scalar or a running max [..., L, H, 1]: for key j <= query i,
+    exp(key_stabiliser[j] - key_stabiliser[i]) <= 1 brings the term to the query's units; 0 for j > i,
+    whatever the later key's stabiliser."""
+    causal = masks.causal_mask(length)
+    if jnp.ndim(key_stabiliser) == 0:  # one scale for every key
+        return causal
+    stabiliser = jnp.moveaxis(key_stabiliser[..., 0], -1, -2)  # [..., H, L]
+    return jnp.exp(jnp.where(causal, stabiliser[..., None, :] - stabiliser[..., :, None], -jnp.inf))
+
+
+def causal_linear_attention(phi_q, phi_k, v, eps, chunk_size: int, key_stabiliser=0.0):
     """Causal linear attention over [B, L, H, *] inputs in chunks of `chunk_size` positions -> [B, L, H, Dv]
-    in v's dtype."""
+    in v's dtype.
+
+    `key_stabiliser` is a scalar where every key shares one scale; else the running max [B, L, H, 1] of the
+    keys' stabilisers, phi_k of key j scaled down by exp(key_stabiliser[j]), and query i's output, and its
+    `eps`, in the units of exp(key_stabiliser[i]), which no later key changes (`_causal_factors`). A chunk's
+    state is kept in the units of its last position, and a state carried across a chunk is rescaled by the
+    growth of the running max over it, as a decoding step rescales its state."""
     batch, length, heads, _ = phi_q.shape
     chunk = min(chunk_size or chunking.chunk_size_for(jax.default_backend(), length), length)
     padding = -length % chunk
     num_chunks = (length + padding) // chunk
 
-    def chunked(x):  # [B, L, H, d] -> [B, n, C, H, d]; zero padding at the end adds nothing
-        x = jnp.pad(x, ((0, 0), (0, padding), (0, 0), (0, 0)))
+    def chunked(x, mode="constant"):  # [B, L, H, d] -> [B, n, C, H, d]; zero padding at the end adds nothing
+        x = jnp.pad(x, ((0, 0), (0, padding), (0, 0), (0, 0)), mode)
         return x.reshape(batch, num_chunks, chunk, heads, x.shape[-1])
 
     phi_q, phi_k, values = chunked(phi_q), chunked(phi_k), chunked(_with_ones(v))
-    chunk_states = _sum_products("bnchm,bnchd->bnhmd", phi_k, values)
+    if jnp.ndim(key_stabiliser) == 0:
+        chunk_states = _sum_products("bnchm,bnchd->bnhmd", phi_k, values)
+        inclusive = jnp.cumsum(chunk_states, axis=1)
+        to_query = 1.0
+    else:
+        key_stabiliser = chunked(key_stabiliser, "edge")  # the padding's running max: the last position's
+        last = key_stabiliser[:, :, -1:]  # [B, n, 1, H, 1]
+        # The units of the state a chunk receives: the previous chunk's last ones (chunk 0 receives none).
+        received = jnp.concatenate([key_stabiliser[:, :1, :1], last[:, :-1]], axis=1)
+        chunk_states = _sum_products("bnchm,bnchd->bnhmd", phi_k * jnp.exp(key_stabiliser - last), values)
+        growth = jnp.exp(received - last)[:, :, 0, :, :, None]  # [B, n, H, 1, 1], <= 1
+
+        def carried(earlier, later):  # (growth, state) of consecutive runs of chunks -> of the whole run
+            return earlier[0] * later[0], earlier[1] * later[0] + later[1]
+
+        inclusive = jax.lax.associative_scan(carried, (growth, chunk_states), axis=1)[1]
+        to_query = jnp.exp(received - key_stabiliser)
     # The state seen by chunk i sums the chunks before it (an exclusive prefix sum).
-    inclusive = jnp.cumsum(chunk_states, axis=1)
     earlier_states = jnp.concatenate([jnp.zeros_like(inclusive[:, :1]), inclusive[:, :-1]], axis=1)
-    from_earlier = _sum_products("bnchm,bnhmd->bnchd", phi_q, earlier_states)
-    scores = _sum_products("bnqhm,bnkhm->bnhqk", phi_q, phi_k) * masks.causal_mask(chunk)
+    from_earlier = _sum_products("bnchm,bnhmd->bnchd", phi_q, earlier_states) * to_query
+    scores = _sum_products("bnqhm,bnkhm->bnhqk", phi_q, phi_k) * _causal_factors(key_stabiliser, chunk)
     from_chunk = _sum_products("bnhqk,bnkhd->bnqhd", scores, values)
     out = (from_earlier + from_chunk).reshape(batch, num_chunks * chunk, heads, -1)[:, :length]
     return _normalise(out, eps).astype(v.dtype)
 
 
-# Bounds on the exponent of eps's rescaling: exp(80) keeps eps * exp finite in float32 and bfloat16, and
-# exp(-60) keeps it a normal number (a subnormal may flush to 0, and 0 / 0 is NaN).
-_LOG_RESCALE_RANGE = (-60.0, 80.0)
+# The stabiliser of a padded key: below any other, so it sets no scale, and finite, so that exp(it - itself)
+# is 1 where no key is allowed yet, not NaN.
+_NO_KEY = float(jnp.finfo(jnp.float32).min)
 
 
 class KernelizedAttention(nnx.Module):
     """Base of the linear kinds: a subclass sets `feature_dim` and defines `features(x)` for
-    [B, L, H, d] inputs, or `query_features` and `key_features` where a side's features depend on
-    positions or on a stabiliser.
+    [B, L, H, d] inputs, or `row_features` where features depend on positions or carry a stabiliser.
 
     `eps` is the normaliser's floor in the kernel's own units: a feature map that scales its products
     down by exp(stabiliser) for numerical range has eps scaled down alike, so the stabiliser cancels.
@@ -97,52 +136,64 @@ class KernelizedAttention(nnx.Module):
     def features(self, x):
         raise NotImplementedError
 
-    def query_features(self, q, positions, max_len: int):
-        """(phi(q), stabiliser) for q [B, Lq, H, d] at `positions` [Lq] of an attention whose longer side
-        has `max_len` positions: phi(q) is scaled down by exp(stabiliser), a scalar or [B, Lq, H, 1]."""
-        return self.features(q), 0.0
-
-    def key_features(self, k, key_mask, positions, max_len: int):
-        """(phi(k), stabiliser) for k [B, Lk, H, d]: phi(k) is scaled down by exp(stabiliser), a scalar
-        or [B, 1, H, 1] shared by the keys; `key_mask` [B, Lk] (or None) marks the keys that count."""
-        return self.features(k), 0.0
+    def row_features(self, x, positions, max_len: int):
+        """(phi(x), stabiliser) for the queries or keys x [B, L, H, d] at `positions` [L] of an attention
+        whose longer side has `max_len` positions: phi(x) is scaled down by exp(stabiliser), a scalar or
+        one per row [B, L, H, 1]."""
+        return self.features(x), 0.0
 
     def _eps(self, stabiliser):
-        """eps in the units of phi(q).phi(k), scaled down by exp(stabiliser) as they are."""
-        log_rescale = jnp.clip(-jnp.asarray(stabiliser, jnp.float32), *_LOG_RESCALE_RANGE)
-        return self.eps * jnp.exp(log_rescale)
+        """eps in the units of phi(q).phi(k), scaled down by exp(stabiliser) as they are, in float32 and
+        unclipped, so that it cannot outweigh a normaliser it should not: where it underflows, it is
+        negligible next to any normaliser above 2e-31 (2^24 times float32's smallest normal number); where
+        it overflows to inf, the output is 0, and the exact one below 3e-39 times the number of keys of
+        the values (stabilised features keep each phi(q).phi(k) <= 1, so the unscaled normaliser is below
+        3e-39 eps per key)."""
+        log_eps = jnp.log(jnp.float32(self.eps)) - jax.lax.stop_gradient(jnp.asarray(stabiliser, jnp.float32))
+        return jnp.exp(log_eps)
 
-    def _masked_key_features(self, k, key_mask, max_len: int):
-        phi_k, stabiliser = self.key_features(k, key_mask, jnp.arange(k.shape[1]), max_len)
+    def _key_features(self, k, key_mask, max_len: int, causal: bool):
+        """phi(k) with padded keys zeroed, in the units of the stabiliser returned: the kind's scalar, else
+        the largest of the allowed keys' stabilisers [B, 1, H, 1], or causally their running max
+        [B, Lk, H, 1], so that a query's units depend on no later key (as in decoding)."""
+        phi_k, stabiliser = self.row_features(k, jnp.arange(k.shape[1]), max_len)
         if key_mask is not None:
             phi_k = phi_k * key_mask[:, :, None, None].astype(phi_k.dtype)
-        return phi_k, stabiliser
+        if jnp.ndim(stabiliser) == 0:
+            return phi_k, stabiliser
+        # It cancels in the output: differentiating through it would only add terms that sum to 0.
+        stabiliser = jax.lax.stop_gradient(stabiliser)
+        if key_mask is not None:  # a padded key must not set the keys' scale
+            stabiliser = jnp.where(key_mask[:, :, None, None], stabiliser, _NO_KEY)
+        shared = jax.lax.cummax(stabiliser, axis=1) if causal else stabiliser.max(1, keepdims=True)
+        # phi_k times its float32 factor (<= 1) is float32: not rounded a second time to the compute dtype.
+        return phi_k * jnp.exp(stabiliser - shared), shared
 
-    def _features_and_eps(self, q, k, mask):
+    def _features_and_eps(self, q, k, mask, causal):
         key_mask = masks.key_padding(mask, k.shape[0], k.shape[1])
         max_len = max(q.shape[1], k.shape[1])
-        phi_q, query_stabiliser = self.query_features(q, jnp.arange(q.shape[1]), max_len)
-        phi_k, key_stabiliser = self._masked_key_features(k, key_mask, max_len)
-        return phi_q, phi_k, self._eps(query_stabiliser + key_stabiliser)
+        phi_q, query_stabiliser = self.row_features(q, jnp.arange(q.shape[1]), max_len)
+        phi_k, key_stabiliser = self._key_features(k, key_mask, max_len, causal)
+        return phi_q, phi_k, key_stabiliser, self._eps(query_stabiliser + key_stabiliser)
 
     def weights(self, q, k, mask=None, *, causal=False):
-        phi_q, phi_k, eps = self._features_and_eps(q, k, mask)
+        phi_q, phi_k, key_stabiliser, eps = self._features_and_eps(q, k, mask, causal)
         scores = _sum_products("bqhm,bkhm->bhqk", phi_q, phi_k)
         if causal:
-            scores = scores * masks.causal_mask(q.shape[1])
+            scores = scores * _causal_factors(key_stabiliser, q.shape[1])
         per_query_eps = jnp.swapaxes(eps, 1, 2) if eps.ndim else eps  # [B, Lq, H, 1] -> [B, H, Lq, 1]
-        return scores / (scores.sum(-1, keepdims=True) + per_query_eps)
+        return scores / _denominator(scores.sum(-1, keepdims=True), per_query_eps)
 
     def __call__(self, q, k, v, mask=None, *, causal=False):
-        phi_q, phi_k, eps = self._features_and_eps(q, k, mask)
+        phi_q, phi_k, key_stabiliser, eps = self._features_and_eps(q, k, mask, causal)
         if causal:
-            return causal_linear_attention(phi_q, phi_k, v, eps, self.chunk_size)
+            return causal_linear_attention(phi_q, phi_k, v, eps, self.chunk_size, key_stabiliser)
         return bidirectional_linear_attention(phi_q, phi_k, v, eps)
 
     # --- incremental decoding (interface in attention/__init__.py) ------------------------------------
 
     def _attend(self, q, index, max_len: int, state, key_stabiliser):
-        phi_q, query_stabiliser = self.query_features(q, jnp.atleast_1d(index), max_len)
+        phi_q, query_stabiliser = self.row_features(q, jnp.atleast_1d(index), max_len)
         # In q's dtype, the compute dtype: a cache or memory holds no values to take it from.
         return attend_state(phi_q, state, self._eps(query_stabiliser + key_stabiliser)).astype(q.dtype)
 
@@ -163,7 +214,9 @@ class KernelizedAttention(nnx.Module):
         """Causal self-attention of position `index` (q, k, v [B, 1, H, D], key_valid [B]): S gains
         phi(k) [v, 1]^T. The stabiliser is the running max of the keys' ones: when it grows, S (held in
         its units) is rescaled by exp(old - new), so the output is the full causal computation's."""
-        phi_k, key_stabiliser = self.key_features(k, None, jnp.atleast_1d(index), max_len)
+        phi_k, key_stabiliser = self.row_features(k, jnp.atleast_1d(index), max_len)
+        # A padding key sets no scale, as in the full computation.
+        key_stabiliser = jnp.where(key_valid[:, None, None, None], key_stabiliser, _NO_KEY)
         stabiliser = jnp.maximum(cache["stabiliser"], key_stabiliser)
         weight = key_valid[:, None, None, None] * jnp.exp(key_stabiliser - stabiliser)
         rescale = jnp.exp(cache["stabiliser"] - stabiliser)[:, 0, :, :, None]  # [B, H, 1, 1]
@@ -174,7 +227,7 @@ class KernelizedAttention(nnx.Module):
 
     def init_memory(self, k, v, key_mask, max_len: int):
         """The bidirectional S over every allowed key [B, Lk] (cross-attention over the source)."""
-        phi_k, stabiliser = self._masked_key_features(k, key_mask, max(max_len, k.shape[1]))
+        phi_k, stabiliser = self._key_features(k, key_mask, max(max_len, k.shape[1]), causal=False)
         batch, _, heads, _ = k.shape
         return {"state": key_state(phi_k, v),
                 "stabiliser": jnp.broadcast_to(jnp.asarray(stabiliser, jnp.float32), (batch, 1, heads, 1))}

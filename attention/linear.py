@@ -50,13 +50,12 @@ class PerformerAttention(KernelizedAttention):
     """FAVOR+ (Choromanski et al. 2021): positive random features, phi(q).phi(k) an unbiased estimate
     of exp(q.k / sqrt(d)) from `num_features` projections per head.
 
-    Stabilisers keep every exponent <= 0: a query row is divided by exp of its largest exponent, all
-    allowed keys of a (batch, head) by exp of the largest over those keys and features (padded keys
-    excluded). The base rescales eps by the same factors, so the output is the unstabilised
-    num / (den + eps) and a causal query's output does not depend on future keys, though they share
-    its key stabiliser. What a shared stabiliser cannot avoid: keys far below the largest one lose
-    relative precision, as in any softmax computed with a global max. A decoding step cannot see future
-    keys: its key stabiliser is the running max over the keys so far (KernelizedAttention.decode_step).
+    Stabilisers keep every exponent <= 0: each query or key row is divided by exp of its largest
+    exponent, and the base brings the keys to one scale: the largest stabiliser of the allowed keys,
+    or causally the running max over the keys up to each query, as a decoding step keeps it, so no
+    later key enters. eps is rescaled by the same factors, so the output is the unstabilised
+    num / (den + eps). What a shared stabiliser cannot avoid: keys far below the largest one lose
+    relative precision, as in any softmax computed with a global max.
 
     The projection is drawn at construction; with `redraw_every_steps` = N > 0 the train step redraws it
     at steps 0, N, 2N, ... (`on_train_step`), and evaluation uses whichever draw is current.
@@ -96,20 +95,10 @@ class PerformerAttention(KernelizedAttention):
         scaled = _scaled_in_float32(x, self.head_dim)
         return feature_maps.random_feature_exponent(scaled, self.projection[...])
 
-    def query_features(self, q, positions, max_len: int):
-        exponent = self._exponent(q)
+    def row_features(self, x, positions, max_len: int):
+        exponent = self._exponent(x)
         stabiliser = exponent.max(-1, keepdims=True)
-        return feature_maps.features_of_exponent(exponent, stabiliser).astype(q.dtype), stabiliser
-
-    def key_features(self, k, key_mask, positions, max_len: int):
-        exponent = self._exponent(k)
-        stabiliser = exponent.max((1, 3), keepdims=True)
-        if key_mask is not None:  # padded keys must not set the keys' scale
-            allowed = key_mask[:, :, None, None]
-            masked_max = jnp.where(allowed, exponent, -jnp.inf).max((1, 3), keepdims=True)
-            # A row without any allowed key (a padding row of a batch) keeps the plain max: finite.
-            stabiliser = jnp.where(allowed.any((1, 3), keepdims=True), masked_max, stabiliser)
-        return feature_maps.features_of_exponent(exponent, stabiliser).astype(k.dtype), stabiliser
+        return feature_maps.features_of_exponent(exponent, stabiliser).astype(x.dtype), stabiliser
 
 
 def _check_even(option: str, value: int, why: str):
@@ -174,13 +163,9 @@ class CosformerAttention(KernelizedAttention):
         super().__init__(eps=eps, chunk_size=chunk_size)
         self.feature_dim = 2 * head_dim
 
-    # Both sides need M, the longer side's length, and each row's position: features of a side depend
-    # on more than its vectors.
-    def query_features(self, q, positions, max_len: int):
-        return feature_maps.cosformer_features(q, positions, max_len), 0.0
-
-    def key_features(self, k, key_mask, positions, max_len: int):
-        return feature_maps.cosformer_features(k, positions, max_len), 0.0
+    # Features need M, the longer side's length, and each row's position: more than its vectors.
+    def row_features(self, x, positions, max_len: int):
+        return feature_maps.cosformer_features(x, positions, max_len), 0.0
 
 
 @register("hedgehog")

@@ -207,18 +207,84 @@ def test_gradients_match_dense_reference(name):
 @pytest.mark.parametrize("causal", [False, True])
 def test_output_ignores_masked_and_future_keys(name, causal):
     q, k, v, key_valid = _inputs(seed=5)
-    # At the default eps: Performer's key stabiliser sees future keys, and must still cancel.
     module, attend = _attention(name, causal)
     out, _ = attend(q, k, v, _mask(key_valid))
     k2, v2 = k.copy(), v.copy()
     k2[~key_valid], v2[~key_valid] = 100.0, -100.0  # garbage in padded keys
     if causal:  # and in the future of query 6: only its outputs up to 6 must stay
         k2[:, 7:], v2[:, 7:] = 50.0, 50.0
-        if name == "performer":  # keys on a projection row have the largest exponent, |w|^2 / 2
+        if name == "performer":  # keys on a projection row have the largest exponent, |w|^2 / 2: they
+            # set the keys' scale from 7 on, and must not reach the queries before
             k2[:, 7:] = np.asarray(module.projection[...])[:, 0] * D**0.25
     out2, _ = attend(q, k2, v2, _mask(key_valid))
     upto = 7 if causal else L
     np.testing.assert_allclose(out2[:, :upto], out[:, :upto], atol=1e-5)
+
+
+def _log_sum_exp(x, axis):
+    top = x.max(axis, keepdims=True)
+    return np.squeeze(top + np.log(np.exp(x - top).sum(axis, keepdims=True)), axis)
+
+
+def performer_log_space_reference(module, q, k, v, allowed, eps=1e-6):
+    """Performer's normalize(phi(Q) phi(K)^T masked) V and weights in float64, with phi(q).phi(k) and the
+    normaliser summed in log space: for exponents that no plain sum of exp holds, even in float64."""
+    projection = np.asarray(module.projection[...], np.float64)
+
+    def log_phi(x):  # [B, L, H, m]
+        x = np.asarray(x, np.float64) * x.shape[-1] ** -0.25
+        return (np.einsum("blhd,hmd->blhm", x, projection) - (x * x).sum(-1, keepdims=True) / 2
+                - np.log(projection.shape[1]) / 2)
+
+    log_scores = _log_sum_exp(log_phi(q)[:, :, None] + log_phi(k)[:, None], -1).transpose(0, 3, 1, 2)
+    log_scores = np.where(allowed, log_scores, -np.inf)  # [B, H, Lq, Lk]
+    log_normaliser = _log_sum_exp(log_scores, -1)[..., None]
+    # num / (den + eps) = (num / den) / (1 + eps / den)
+    weights = np.exp(log_scores - log_normaliser) / (1 + eps * np.exp(-log_normaliser))
+    return np.einsum("bhqk,bkhd->bqhd", weights, np.asarray(v, np.float64)), weights
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_performer_at_logits_near_90_is_exact_and_ignores_future_keys(causal):
+    """Head dim 64 and q.k / sqrt(d) up to 90, beyond float32's exp (88.7). Each head's keys have logit 90
+    from its longest projection row w but exponents -40 down to -46 (an orthogonal part lengthens them);
+    queries lie on w (exponent |w|^2 / 2) or, at odd positions, on the next longest row. Then the keys
+    from position 7 on move onto w: the largest exponent a key can have, which would put the earlier
+    keys' terms below 1e-30 if it set their scale. Outputs and weights must be finite and the float64
+    reference's, and causally the same to the bit for queries up to 6."""
+    d = 64
+    module, attend = _attention("performer", causal, head_dim=d)
+    rows = np.asarray(module.projection[...], np.float64)  # [H, m, d], orthogonal rows
+    longest = np.argsort(-(rows**2).sum(-1), axis=-1)  # [H, m]
+    w, w_next = (rows[np.arange(H), longest[:, i]] for i in (0, 1))
+    norm2 = (w**2).sum(-1)  # [H]
+    exponents = -40.0 - np.arange(L) / 2  # of the keys: w.x - |x|^2 / 2 at x = k / d^(1/4)
+    # x = (90 / |w|^2) w + z, z orthogonal to every row: w.x = 90 and |x|^2 = 2 (90 - exponent)
+    z = np.random.default_rng(11).normal(size=(B, L, H, d))
+    for h in range(H):
+        basis = np.linalg.qr(rows[h].T)[0]
+        z[:, :, h] -= z[:, :, h] @ basis @ basis.T
+    z *= np.sqrt((2 * (90 - exponents)[:, None] - 90**2 / norm2) / (z**2).sum(-1))[..., None]
+    k = (((90 / norm2)[:, None] * w + z) * d**0.25).astype(np.float32)
+    q = (np.where(np.arange(L)[:, None, None] % 2, w_next, w) * d**0.25)[None].repeat(B, 0).astype(np.float32)
+    v = np.random.default_rng(12).normal(size=(B, L, H, d)).astype(np.float32)
+    np.testing.assert_allclose(np.einsum("bqhd,bkhd->bhqk", q, k)[:, :, ::2] / np.sqrt(d), 90, rtol=1e-5)
+    _, _, _, key_valid = _inputs()
+    k2, v2 = k.copy(), v.copy()
+    k2[:, 7:], v2[:, 7:] = w * d**0.25, 50.0
+    results = []
+    for keys, values in ((k, v), (k2, v2)):
+        out, weights = attend(q, keys, values, _mask(key_valid))
+        expected, expected_weights = performer_log_space_reference(
+            module, q, keys, values, _allowed(key_valid, L, causal))
+        assert _all_finite((out, weights))
+        np.testing.assert_allclose(out, expected, atol=1e-4, rtol=1e-4)
+        np.testing.assert_allclose(weights, expected_weights, atol=1e-5)
+        results.append((out, weights))
+    if causal:
+        (out, weights), (out2, weights2) = results
+        np.testing.assert_array_equal(out2[:, :7], out[:, :7])
+        np.testing.assert_array_equal(weights2[:, :, :7], weights[:, :, :7])
 
 
 @pytest.mark.parametrize("dim, degree", [(1, 2), (3, 3), (3, 4), (8, 2), (5, 6)])
@@ -334,7 +400,7 @@ def _all_finite(tree):
     return all(np.all(np.isfinite(np.asarray(x, np.float32))) for x in jax.tree.leaves(tree))
 
 
-@pytest.mark.parametrize("name", KINDS)
+@pytest.mark.parametrize("name", ["linear", *KINDS])  # linear's dense reference is test_attention.py's
 def test_outputs_and_gradients_stay_finite_for_large_inputs(name):
     q, k, v, key_valid = _inputs(seed=9, norm=10.0)
     k[:, :, :, :] = np.where(np.arange(L)[None, :, None, None] % 2, q, -q)  # q.k = +-100 exactly

@@ -84,9 +84,16 @@ def _described(equations):
     return [f"{e.primitive.name} -> {e.outvars[0].aval.str_short()}" for e in equations]
 
 
-# Contractions (key states, scores, normaliser sums), prefix sums of the chunk states, and the division by the
-# normaliser.
-SUMS_AND_DIVISION = ("dot_general", "cumsum", "div")
+# Contractions (key states, scores, normaliser sums) and the division by the normaliser, in every kind.
+SUMS_AND_DIVISION = ("dot_general", "div")
+
+
+def _prefix_sum_equations(equations):
+    """The causal form's prefix sums over chunk states [B, n, H, m, d + 1]: a cumsum where every key shares
+    one scale, else the adds and multiplies of an associative scan that rescales the states it carries."""
+    return [e for e in equations if e.primitive.name == "cumsum"
+            or (e.primitive.name in ("add", "mul") and e.outvars[0].aval.ndim == 5
+                and jnp.issubdtype(e.outvars[0].aval.dtype, jnp.floating))]
 
 
 @pytest.mark.parametrize("name", KERNELISED)
@@ -94,7 +101,9 @@ def test_kernelised_kinds_sum_and_divide_in_float32_from_bfloat16_inputs(name):
     equations, outputs = _bfloat16_equations(name)
     checked = [e for e in equations if e.primitive.name in SUMS_AND_DIVISION]
     assert {e.primitive.name for e in checked} == set(SUMS_AND_DIVISION)
-    in_bfloat16 = [e for e in checked if e.outvars[0].aval.dtype != jnp.float32]
+    prefix_sums = _prefix_sum_equations(equations)
+    assert prefix_sums
+    in_bfloat16 = [e for e in checked + prefix_sums if e.outvars[0].aval.dtype != jnp.float32]
     assert not in_bfloat16, _described(in_bfloat16)
     assert all(output.dtype == jnp.bfloat16 for output in outputs)
 
