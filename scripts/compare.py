@@ -176,8 +176,8 @@ def _result(workdir: str) -> dict:
 def load_results(workdirs: dict[str, list[str]]) -> tuple[dict[str, list[dict]], dict[str, dict], int | None]:
     """From run name -> its seeds' workdirs: the finished seeds' results (`_result`) per run (runs without
     one left out), the first finished seed's spectra.json where it exists, and the head dim of the runs'
-    model."""
-    results, spectra, head_dim = {}, {}, None
+    models (None where they differ, e.g. the Transformer beside the RNN: no one width to compare with)."""
+    results, spectra, head_dims = {}, {}, set()
     for name, seed_workdirs in workdirs.items():
         finished = [workdir for workdir in seed_workdirs if is_finished(workdir)]
         if not finished:
@@ -187,8 +187,8 @@ def load_results(workdirs: dict[str, list[str]]) -> tuple[dict[str, list[dict]],
         if os.path.exists(spectra_path):
             spectra[name] = _read_json(spectra_path)
         model = _read_json(os.path.join(finished[0], "config.json"))["model"]
-        head_dim = model["d_model"] // model["num_heads"]
-    return results, spectra, head_dim
+        head_dims.add(model["d_model"] // model["num_heads"])
+    return results, spectra, head_dims.pop() if len(head_dims) == 1 else None
 
 
 def curve_records(results: dict[str, list[dict]], workdirs: dict[str, list[str]]) -> dict[str, list[list[dict]]]:
@@ -265,8 +265,11 @@ def main(argv: list[str] | None = None) -> None:
     if results:
         command = shlex.join(["python", "scripts/compare.py", *argv])
         out_dir = report_dir(args.reports_dir, args.task, args.preset)
-        plots.plot_validation_curves(curve_records(results, workdirs), report.METRICS[args.task][0],
-                                     os.path.join(out_dir, plots.CURVES_PLOT))
+        records = curve_records(results, workdirs)
+        if any(record["split"] == "eval" for seeds in records.values() for lines in seeds for record in lines):
+            plots.plot_validation_curves(records, report.METRICS[args.task][0], os.path.join(out_dir, plots.CURVES_PLOT))
+        else:  # e.g. trained on the whole released SCAN files: no validation split, no curve
+            print("no periodic evaluation in these runs' metrics.jsonl: no curves.png", flush=True)
         path = report.write_report(args.task, args.preset, command, results, spectra, out_dir, head_dim)
         print(f"\n{report.accuracy_table(args.task, results)}\n\nreport: {path}", flush=True)
     if failed:

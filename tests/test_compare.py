@@ -245,6 +245,19 @@ def test_only_selects_runs_and_rejects_unknown_names():
         compare.select_runs(study, "softmax,nope")
 
 
+def test_the_head_dim_is_reported_only_where_every_run_shares_it(tmp_path):
+    def finished(run, model):
+        workdir = str(tmp_path / run)
+        _write_json(os.path.join(workdir, "config.json"), {"num_train_steps": 10, "model": model})
+        _write_json(os.path.join(workdir, "eval.json"), {"step": 10, "rank": []})
+        return [workdir]
+
+    transformer = finished("transformer", {"d_model": 64, "num_heads": 4})
+    assert compare.load_results({"transformer": transformer})[2] == 16
+    rnn = finished("rnn", {"d_model": 64, "num_heads": 1})
+    assert compare.load_results({"transformer": transformer, "rnn": rnn})[2] is None
+
+
 RANK_BOUNDS = {"linear": 32, "performer_m32": 32, "performer_m128": 128, "performer_m512": 512, "taylor": 561,
                "exp_limit": 561}
 
