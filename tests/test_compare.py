@@ -70,7 +70,7 @@ def test_each_preset_reports_in_its_own_directory():
 def test_unknown_task_or_preset_names_the_allowed_ones():
     with pytest.raises(ValueError, match="tasks: mlm, translation"):
         studies.get_study("vision", "quick")
-    with pytest.raises(ValueError, match="presets: quick, full, kinds"):
+    with pytest.raises(ValueError, match="presets: quick, full, default, kinds, splits"):
         studies.get_study("translation", "huge")
 
 
