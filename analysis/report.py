@@ -55,9 +55,10 @@ def _kind(evals: list[dict]) -> str:
     return evals[0]["attention"][_role(evals[0]["attention"])]
 
 
-def _rank_rows(evals: list[dict]) -> list[dict]:
-    """The reported role's rows of every seed: one per (seed, layer, head); none without attention."""
-    role = _role(evals[0]["attention"])
+def _rank_rows(evals: list[dict], role: str | None = None) -> list[dict]:
+    """The rows of `role` (default: the reported one) of every seed: one per (seed, layer, head); none
+    without attention."""
+    role = role or _role(evals[0]["attention"])
     return [row for result in evals for row in result["rank"] if row["role"] == role]
 
 
@@ -149,6 +150,23 @@ def rank_table(results: dict[str, list[dict]], head_dim: int | None = None) -> s
             f"{_dash_if_none(_rank_bound(evals))} | {_over_bound(_bound_counts(name, evals))} |"
             + (f" {_yes_no(_above_head_dim(evals, head_dim))} |" if with_head_dim else "")
         )
+    return "\n".join(lines)
+
+
+def role_rank_table(results: dict[str, list[dict]]) -> str:
+    """Every attention role's ranks per run (an encoder-decoder has three), means over layers, heads,
+    analysed examples and seeds."""
+    lines = ["| run | role | kind | seq len | numerical rank | effective rank | stable rank | rank bound |",
+             "|---|---|---|---:|---:|---:|---:|---:|"]
+    for name, evals in results.items():
+        for role in (role for role in ROLES if role in evals[0]["attention"]):
+            rows = _rank_rows(evals, role)
+            if rows:
+                mean = {field: np.mean([row[field] for row in rows]) for field in
+                        ("seq_len", "numerical_rank", "effective_rank", "stable_rank")}
+                lines.append(f"| {name} | {role} | {evals[0]['attention'][role]} | {mean['seq_len']:g} | "
+                             f"{mean['numerical_rank']:.2f} | {mean['effective_rank']:.2f} | "
+                             f"{mean['stable_rank']:.2f} | {_dash_if_none(rows[0]['rank_bound'])} |")
     return "\n".join(lines)
 
 
@@ -253,6 +271,9 @@ def _rank_study_sections(task: str, results: dict[str, list[dict]], spectra: dic
         "of every matrix.",
         rank_table(results, head_dim),
         rank_note(results, head_dim),
+        *(["## Attention rank by role\n\nEvery role of each run, means over layers, heads, analysed examples "
+           "and seeds; a causal role has no bound (its triangular mask lifts it).", role_rank_table(results)]
+          if any(len(evals[0]["attention"]) > 1 for evals in results.values()) else []),
         "## Plots",
         *(f"![{title}]({file})" for title, file in images),
     ]

@@ -132,6 +132,17 @@ def test_rank_table_checks_bounds_and_head_dim():
     assert "head dim" not in report.rank_table(RESULTS)
 
 
+def test_role_rank_table_lists_every_role_of_each_run(tmp_path):
+    # RESULTS' runs have an encoder_self row per layer and a decoder_self row of rank 99 without a bound.
+    evals = [{**result, "attention": {"encoder_self": "linear", "decoder_self": "linear"}}
+             for result in RESULTS["linear"]]
+    sections = report._rank_study_sections("mlm", {"linear": evals}, {}, str(tmp_path), 32)
+    assert any(section.startswith("## Attention rank by role") for section in sections)
+    table = report.role_rank_table({"linear": evals}).splitlines()
+    assert table[2:] == ["| linear | encoder_self | linear | 64 | 31.00 | 15.50 | 1.50 | 32 |",
+                         "| linear | decoder_self | linear | 64 | 99.00 | 49.50 | 1.50 | - |"]
+
+
 def test_the_bound_is_checked_on_each_matrix_of_every_seed():
     # Every row's mean rank, 31.75 at most, is within the bound 32, but the first seed's layer 1 has one
     # matrix over it and the second seed's layer 0 two; a bound of 64 on 64 x 64 matrices cannot bind.
