@@ -218,8 +218,9 @@ def select_by_validation(task: str, results: dict[str, list[dict]],
 
 
 def run_jobs(jobs: list[Job], workers: int | None) -> list[str]:
-    """Trains the unfinished jobs, `workers` at a time (None: `job_environments`' default), printing a progress line as each ends (and one for
-    each job finished earlier, skipped); returns the labels of the jobs that failed."""
+    """Trains the unfinished jobs, `workers` at a time (None: `job_environments`' default), printing a
+    progress line as each ends (and one for each job finished earlier, skipped); returns the labels of the
+    jobs that failed."""
     skipped = [job for job in jobs if is_finished(job[2])]
     pending = [job for job in jobs if job not in skipped]
     for index, (label, _, _) in enumerate(skipped, 1):
@@ -267,7 +268,8 @@ def main(argv: list[str] | None = None) -> None:
         out_dir = report_dir(args.reports_dir, args.task, args.preset)
         records = curve_records(results, workdirs)
         if any(record["split"] == "eval" for seeds in records.values() for lines in seeds for record in lines):
-            plots.plot_validation_curves(records, report.METRICS[args.task][0], os.path.join(out_dir, plots.CURVES_PLOT))
+            plots.plot_validation_curves(records, report.METRICS[args.task][0],
+                                         os.path.join(out_dir, plots.CURVES_PLOT))
         else:  # e.g. trained on the whole released SCAN files: no validation split, no curve
             print("no periodic evaluation in these runs' metrics.jsonl: no curves.png", flush=True)
         path = report.write_report(args.task, args.preset, command, results, spectra, out_dir, head_dim)

@@ -109,7 +109,8 @@ def test_overlay_of_two_runs_takes_each_runs_finished_seeds_chosen_on_validation
     assert os.path.getsize(path) < 100_000
 
 
-_RANK_ROW = {"role": "encoder_self", "layer": 0, "head": 0, "seq_len": 128, "numerical_rank": 30.0, "max_numerical_rank": 31,
+_RANK_ROW = {"role": "encoder_self", "layer": 0, "head": 0, "seq_len": 128, "numerical_rank": 30.0,
+             "max_numerical_rank": 31,
              "effective_rank": 20.0, "stable_rank": 3.0, "rank_bound": None}
 
 
