@@ -135,6 +135,14 @@ def test_validation_is_held_out_of_the_training_file_unless_switched_off(tiny_co
     assert data.validation is None and len(data.train["source"]) == len(lines)
 
 
+def test_a_training_file_with_no_validation_command_says_so(tiny_config, data_files, tmp_path):
+    train = tmp_path / "train.tsv"
+    train.write_text("walk\tI_WALK\nwalk after run\tI_RUN I_WALK\n")  # CRC-32 mod 10: neither is 0
+    config = tiny_config(files=(str(train), data_files[1]))
+    with pytest.raises(ConfigError, match="none of the 2 training commands falls in the validation rule"):
+        translation.prepare_data(config, str(tmp_path))
+
+
 def test_training_on_the_full_file_runs_no_periodic_evaluation(tiny_config, tmp_path):
     config = tiny_config(arg="tiny,full_train")
     config.num_train_steps, config.eval_every_steps, config.eval.plots = 4, 2, False
