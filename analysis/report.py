@@ -67,8 +67,8 @@ def _rank_bound(evals: list[dict]) -> int | None:
     return rows[0]["rank_bound"] if rows else None
 
 
-def _rank_mean(evals: list[dict], field: str) -> float:
-    return float(np.mean([row[field] for row in _rank_rows(evals)]))
+def _rank_mean(evals: list[dict], field: str, role: str | None = None) -> float:
+    return float(np.mean([row[field] for row in _rank_rows(evals, role)]))
 
 
 def _max_numerical_rank(evals: list[dict]) -> int:
@@ -162,7 +162,7 @@ def role_rank_table(results: dict[str, list[dict]]) -> str:
         for role in (role for role in ROLES if role in evals[0]["attention"]):
             rows = _rank_rows(evals, role)
             if rows:
-                mean = {field: np.mean([row[field] for row in rows]) for field in
+                mean = {field: _rank_mean(evals, field, role) for field in
                         ("seq_len", "numerical_rank", "effective_rank", "stable_rank")}
                 lines.append(f"| {name} | {role} | {evals[0]['attention'][role]} | {mean['seq_len']:g} | "
                              f"{mean['numerical_rank']:.2f} | {mean['effective_rank']:.2f} | "

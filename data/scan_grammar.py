@@ -16,6 +16,8 @@ TURNS = {"left": "I_TURN_LEFT", "right": "I_TURN_RIGHT"}
 REPEATS = {"twice": 2, "thrice": 3}
 MAX_TRAIN_ACTIONS_IN_LENGTH_SPLIT = 22
 PRIMITIVE_PERIOD = 10  # add_* training files: the primitive alone is every 10th line
+# The phrase each add_* split shows only alone in training: its lines never go to validation.
+PRIMITIVE_OF_SPLIT = {"add_jump": "jump", "add_turn_left": "turn left"}
 
 
 def _verb_phrases() -> list[tuple[str, list[str]]]:
@@ -128,14 +130,12 @@ def _add_primitive(primitive: str) -> tuple[list[Pair], list[Pair]]:
 
 def add_jump() -> tuple[list[Pair], list[Pair]]:
     """Train sees "jump" only alone (1,467 of 14,670 lines); test asks for it in every composition."""
-    return _add_primitive("jump")
+    return _add_primitive(PRIMITIVE_OF_SPLIT["add_jump"])
 
 
 def add_turn_left() -> tuple[list[Pair], list[Pair]]:
     """Train sees "turn left" only alone (2,189 of 21,890 lines); test, the 1,208 commands with it."""
-    return _add_primitive("turn left")
+    return _add_primitive(PRIMITIVE_OF_SPLIT["add_turn_left"])
 
 
 SPLITS = {"simple": simple, "length": length, "add_jump": add_jump, "add_turn_left": add_turn_left}
-# The phrase each add_* split shows only alone in training: its lines never go to validation.
-PRIMITIVE_OF_SPLIT = {"add_jump": "jump", "add_turn_left": "turn left"}
