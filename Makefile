@@ -23,8 +23,9 @@ $(VENV)/.installed: requirements.txt
 train: setup
 	$(PY) train.py --config=$(CONFIG) --workdir=$(WORKDIR)
 
+# With the config the workdir trained (its config.json).
 eval: setup
-	$(PY) eval.py --config=$(CONFIG) --workdir=$(WORKDIR)
+	$(PY) eval.py --workdir=$(WORKDIR)
 
 # On the CPU even where a GPU or TPU is present (tests/conftest.py); test-accelerator runs the tests
 # marked `accelerator` on it, in one process (several would each take the device).

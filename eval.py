@@ -1,15 +1,21 @@
-"""Evaluates the latest checkpoint of a workdir: writes eval.json and plots there.
+"""Evaluates the latest checkpoint of a workdir with the config it was trained with: writes eval.json
+and plots there.
 
-  python eval.py --config=configs/translation.py --workdir=runs/x
+  python eval.py --workdir=runs/x [--config.eval.beam_size=4]
+
+Without --config, the config is the workdir's config.json (configs/workdir.py). A config that differs
+from it beyond the fields an evaluation may change (eval.*, wandb.*, the schedule, sharding) is refused.
 """
 import json
 
-from absl import app, flags, logging
+from absl import flags, logging
 from ml_collections import config_flags
 
+from training import cli
 from training.evaluate import evaluate
 
-_CONFIG = config_flags.DEFINE_config_file("config", "configs/translation.py", "Config file[:presets].")
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file[:presets]; default: the workdir's own, "
+                                          f"{cli.WORKDIR_CONFIG}:<workdir>.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory holding checkpoints/.", required=True)
 
 
@@ -21,4 +27,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main, default_config=cli.WORKDIR_CONFIG)

@@ -48,6 +48,13 @@ def wandb_config() -> ml_collections.ConfigDict:
     return wandb
 
 
+def add_resume_field(config: ml_collections.ConfigDict) -> None:
+    """What a restart may change: a workdir belongs to the config it started with (training/workdirs.py)."""
+    # Comma-separated fields or blocks that a restart of the workdir changes on purpose, e.g.
+    # "num_train_steps" to extend the run; only the schedule, eval, wandb and sharding may change.
+    config.resume_with_changes = ""
+
+
 def set_attention(config, name):
     config.attention.name = name
 

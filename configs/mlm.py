@@ -27,7 +27,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.learning_rate = 1e-3  # peak, after linear warmup; cosine decay to 0 at the last step
     config.warmup_steps = 200
     config.weight_decay = 0.01  # AdamW
-    config.grad_clip_norm = 1.0  # global norm
+    config.grad_clip_norm = 1.0  # global norm; 0: no clipping
     # A step with a non-finite loss or gradient never updates the parameters; then "stop" ends the run
     # with an error naming the step, "skip" trains on and counts such steps (`skipped_steps` in metrics).
     config.nonfinite = "stop"
@@ -74,6 +74,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     common.add_device_fields(config)
     config.wandb = common.wandb_config()
+    common.add_resume_field(config)
 
     presets.apply(config, arg, {"attention": common.set_attention, "corpus": _set_corpus, "quick": _set_quick,
                                 "tiny": _set_tiny})

@@ -29,7 +29,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.learning_rate = 3e-3  # peak, after linear warmup; cosine decay to 0 at the last step
     config.warmup_steps = 100
     config.weight_decay = 0.1  # AdamW
-    config.grad_clip_norm = 1.0  # global norm
+    config.grad_clip_norm = 1.0  # global norm; 0: no clipping
     # A step with a non-finite loss or gradient never updates the parameters; then "stop" ends the run
     # with an error naming the step, "skip" trains on and counts such steps (`skipped_steps` in metrics).
     config.nonfinite = "stop"
@@ -70,6 +70,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     common.add_device_fields(config)
     config.wandb = common.wandb_config()
+    common.add_resume_field(config)
 
     presets.apply(config, arg, {"attention": common.set_attention, "form": _set_form, "quick": _set_quick,
                                 "full": _set_full, "tiny": _set_tiny})

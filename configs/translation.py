@@ -26,7 +26,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.learning_rate = 2e-3  # peak, after linear warmup; cosine decay to 0 at the last step
     config.warmup_steps = 200
     config.weight_decay = 0.01  # AdamW
-    config.grad_clip_norm = 1.0  # global norm
+    config.grad_clip_norm = 1.0  # global norm; 0: no clipping
     # A step with a non-finite loss or gradient never updates the parameters; then "stop" ends the run
     # with an error naming the step, "skip" trains on and counts such steps (`skipped_steps` in metrics).
     config.nonfinite = "stop"
@@ -58,6 +58,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.dataset.hold_out_validation = True
     config.dataset.train_file = ""  # files: `IN: ... OUT: ...` lines or `source<TAB>target`
     config.dataset.test_file = ""
+    # files: the longest source and target, in words, a line may have (longer ones are an error naming
+    # file:line); every batch pads to the longest line, so they bound memory.
+    config.dataset.max_source_len = 256
+    config.dataset.max_target_len = 256
     config.dataset.data_dir = "datasets"  # where the TFDS dataset is built
 
     config.eval = ml_collections.ConfigDict()
@@ -69,6 +73,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     common.add_device_fields(config)
     config.wandb = common.wandb_config()
+    common.add_resume_field(config)
 
     presets.apply(config, arg, {"attention": common.set_attention, "split": _set_split, "rnn": _set_rnn,
                                 "full_train": _set_full_train, "tiny": _set_tiny})

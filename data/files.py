@@ -8,44 +8,63 @@ class DataFileError(ValueError):
     """A data file that is missing, empty, not UTF-8 or has a line that does not parse."""
 
 
-def read_documents(path: str) -> list[str]:
-    """The non-blank lines of a UTF-8 text file, one document each."""
+class DatasetNotPreparedError(DataFileError):
+    """A TFDS dataset that is not built under the data directory (or no TFDS dataset at all)."""
+
+
+def _numbered_lines(path: str) -> list[tuple[int, str]]:
+    """(line number, line) of the non-blank lines of a UTF-8 text file, stripped."""
+    if os.path.isdir(path):
+        raise DataFileError(f"{path}: a directory, not a data file")
     if not os.path.isfile(path):
         raise DataFileError(f"{path}: file not found")
     with open(path, "rb") as f:
         raw_lines = f.read().splitlines()
-    documents = []
+    lines = []
     for number, raw in enumerate(raw_lines, start=1):
         try:
             line = raw.decode("utf-8").strip()
         except UnicodeDecodeError as error:
-            raise DataFileError(f"{path}:{number}: not UTF-8 ({error.reason})") from None
+            raise DataFileError(f"{path}:{number}: not UTF-8 ({error.reason} at byte {error.start}); "
+                                f"convert the file to UTF-8") from None
         if line:
-            documents.append(line)
+            lines.append((number, line))
+    return lines
+
+
+def read_documents(path: str) -> list[str]:
+    """The non-blank lines of a UTF-8 text file, one document each."""
+    documents = [line for _, line in _numbered_lines(path)]
     if not documents:
         raise DataFileError(f"{path}: no text (the file is empty)")
     return documents
 
 
-def read_parallel_file(path: str) -> list[tuple[str, str]]:
-    """Pairs of a file whose lines are `IN: <source> OUT: <target>` or `<source>\\t<target>`.
+def read_parallel_file(path: str, max_source_len: int, max_target_len: int) -> list[tuple[str, str]]:
+    """Pairs of a file whose lines are `IN: <source> OUT: <target>` or `<source>\\t<target>`, each side
+    at most max_*_len words (a longer line would pad every batch to its length).
 
     The first non-blank line decides the format for the whole file; blank lines are skipped.
     """
-    if not os.path.isfile(path):
-        raise DataFileError(f"{path}: file not found")
-    with open(path, encoding="utf-8") as f:
-        numbered_lines = [(n, line.rstrip("\r\n")) for n, line in enumerate(f, start=1) if line.strip()]
+    numbered_lines = _numbered_lines(path)
     if not numbered_lines:
         raise DataFileError(f"{path}: no pairs (the file is empty)")
-    parse = _parse_scan_line if numbered_lines[0][1].lstrip().startswith("IN:") else _parse_tsv_line
+    parse = _parse_scan_line if numbered_lines[0][1].startswith("IN:") else _parse_tsv_line
     pairs = []
     for number, line in numbered_lines:
         try:
-            pairs.append(parse(line))
+            pairs.append(_within(parse(line), max_source_len, max_target_len))
         except ValueError as error:
             raise DataFileError(f"{path}:{number}: {error}") from None
     return pairs
+
+
+def _within(pair: tuple[str, str], max_source_len: int, max_target_len: int) -> tuple[str, str]:
+    for side, text, limit in (("source", pair[0], max_source_len), ("target", pair[1], max_target_len)):
+        if (words := len(text.split())) > limit:
+            raise ValueError(f"the {side} has {words:,} words, over config.dataset.max_{side}_len={limit}; "
+                             f"shorten or drop the line, or raise the limit")
+    return pair
 
 
 def _parse_scan_line(line: str) -> tuple[str, str]:

@@ -12,7 +12,6 @@ run. The report (tables, plots) goes to <reports_dir>/<task>/report.md for the q
 """
 import argparse
 import concurrent.futures
-import json
 import os
 import queue
 import shlex
@@ -27,6 +26,7 @@ from analysis import plots, report  # noqa: E402
 from configs import studies  # noqa: E402
 from training import devices  # noqa: E402
 from training.metrics import read_metrics  # noqa: E402
+from training.workdirs import CONFIG_FILE, WorkdirError, read_json  # noqa: E402
 
 JOBS_HELP = "training processes at once (default: one per GPU, one on a TPU, one per CPU core without them)"
 Job = tuple[str, list[str], str]  # (label, train.py command, workdir) of one (run, seed)
@@ -94,17 +94,19 @@ def report_dir(reports_dir: str, task: str, preset: str) -> str:
     return os.path.join(reports_dir, task, *([] if preset == "quick" else [preset]))
 
 
-def _read_json(path: str) -> dict:
-    with open(path) as f:
-        return json.load(f)
-
-
 def is_finished(workdir: str) -> bool:
-    """eval.json exists and was written at the last step of the config the run trained with."""
-    eval_path, config_path = os.path.join(workdir, "eval.json"), os.path.join(workdir, "config.json")
+    """eval.json exists and was written at the last step of the config the run trained with. An eval.json
+    that does not read (a write cut short) is no result: training again resumes from the last checkpoint
+    and writes it anew."""
+    eval_path, config_path = os.path.join(workdir, "eval.json"), os.path.join(workdir, CONFIG_FILE)
     if not (os.path.exists(eval_path) and os.path.exists(config_path)):
         return False
-    return _read_json(eval_path)["step"] == _read_json(config_path)["num_train_steps"]
+    try:
+        step = read_json(eval_path).get("step")
+    except WorkdirError as error:
+        print(f"warning: {error}; the run will be evaluated again", flush=True)
+        return False
+    return step == read_json(config_path).get("num_train_steps")
 
 
 def train(command: list[str], workdir: str, env: dict[str, str] | None) -> bool:
@@ -170,7 +172,7 @@ def final_validation(workdir: str) -> dict:
 
 def _result(workdir: str) -> dict:
     """eval.json, with the final validation metrics under "validation" (for choices made without test data)."""
-    return {**_read_json(os.path.join(workdir, "eval.json")), "validation": final_validation(workdir)}
+    return {**read_json(os.path.join(workdir, "eval.json")), "validation": final_validation(workdir)}
 
 
 def load_results(workdirs: dict[str, list[str]]) -> tuple[dict[str, list[dict]], dict[str, dict], int | None]:
@@ -185,8 +187,8 @@ def load_results(workdirs: dict[str, list[str]]) -> tuple[dict[str, list[dict]],
         results[name] = [_result(workdir) for workdir in finished]
         spectra_path = os.path.join(finished[0], "spectra.json")
         if os.path.exists(spectra_path):
-            spectra[name] = _read_json(spectra_path)
-        model = _read_json(os.path.join(finished[0], "config.json"))["model"]
+            spectra[name] = read_json(spectra_path)
+        model = read_json(os.path.join(finished[0], "config.json"))["model"]
         head_dims.add(model["d_model"] // model["num_heads"])
     return results, spectra, head_dims.pop() if len(head_dims) == 1 else None
 
@@ -258,9 +260,11 @@ def main(argv: list[str] | None = None) -> None:
     runs_dir = os.path.abspath(args.runs_dir)
     workdirs = {run.name: [run_workdir(runs_dir, args.task, args.preset, run, seed) for seed in seeds]
                 for run in runs}
-    failed = run_jobs(_jobs(study, runs, seeds, workdirs, f"{args.task}-{args.preset}", extra), args.jobs)
-
-    results, spectra, head_dim = load_results(workdirs)
+    try:  # a workdir's config.json or eval.json that does not read names itself
+        failed = run_jobs(_jobs(study, runs, seeds, workdirs, f"{args.task}-{args.preset}", extra), args.jobs)
+        results, spectra, head_dim = load_results(workdirs)
+    except WorkdirError as error:
+        raise SystemExit(str(error)) from None
     results = select_by_validation(args.task, results, runs)
     spectra = {name: spectra[evals[0]["run"]] for name, evals in results.items() if evals[0]["run"] in spectra}
     if results:

@@ -1,32 +1,50 @@
-"""Markdown tables of test metrics and mean attention ranks per role, from the eval.json of workdirs.
+"""Markdown tables of test metrics and mean attention ranks per role, from the eval.json of workdirs;
+runs of different tasks get a metrics table each.
 
   python scripts/summarize_runs.py runs/default runs/lin
 """
-import json
 import os
 import sys
 
 import numpy as np
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # run as a script from anywhere: the repository's packages must import
+
+from training.workdirs import WorkdirError, read_json  # noqa: E402
+
 RANK_FIELDS = ("numerical_rank", "effective_rank", "stable_rank")
+REQUIRED = ("task", "metrics", "attention", "rank")  # what the tables read of an eval.json
 
 
 def load(workdir: str) -> dict:
     path = os.path.join(workdir, "eval.json")
     if not os.path.exists(path):
-        raise SystemExit(f"{path}: not found; run train.py or eval.py on {workdir} first")
-    with open(path) as f:
-        return json.load(f)
+        raise WorkdirError(f"{path}: not found; run train.py or eval.py on {workdir} first")
+    result = read_json(path)
+    if missing := [key for key in REQUIRED if key not in result]:
+        raise WorkdirError(f"{path}: no {', '.join(missing)}; not an eval.json of this lab (eval.py on "
+                           f"{workdir} writes one)")
+    return result
 
 
 def metrics_table(results: dict[str, dict]) -> str:
-    names = list(next(iter(results.values()))["metrics"])
-    lines = ["| run | attention | " + " | ".join(names) + " |", "|---|---|" + "---:|" * len(names)]
-    for workdir, result in results.items():
-        kinds = "/".join(dict.fromkeys(result["attention"].values()))
-        values = " | ".join(f"{result['metrics'][name]:.4f}" for name in names)
-        lines.append(f"| {workdir} | {kinds} | {values} |")
-    return "\n".join(lines)
+    """One table per task, in the order the tasks first appear: their metrics differ."""
+    tables = []
+    for task in dict.fromkeys(result["task"] for result in results.values()):
+        runs = {workdir: result for workdir, result in results.items() if result["task"] == task}
+        names = list(dict.fromkeys(name for result in runs.values() for name in result["metrics"]))
+        lines = ["| run | attention | " + " | ".join(names) + " |", "|---|---|" + "---:|" * len(names)]
+        for workdir, result in runs.items():
+            kinds = "/".join(dict.fromkeys(result["attention"].values()))
+            values = " | ".join(_number(result["metrics"].get(name)) for name in names)
+            lines.append(f"| {workdir} | {kinds} | {values} |")
+        tables.append("\n".join(lines))
+    return "\n\n".join(tables)
+
+
+def _number(value) -> str:
+    return "-" if value is None else f"{value:.4f}"
 
 
 def rank_table(results: dict[str, dict]) -> str:
@@ -35,6 +53,8 @@ def rank_table(results: dict[str, dict]) -> str:
     for workdir, result in results.items():
         for role, kind in result["attention"].items():
             rows = [row for row in result["rank"] if row["role"] == role]
+            if not rows:  # no attention in that role (the RNN without attention)
+                continue
             means = " | ".join(f"{np.mean([row[field] for row in rows]):.2f}" for field in RANK_FIELDS)
             bound = rows[0]["rank_bound"]
             lines.append(f"| {workdir} | {role} | {kind} | {rows[0]['seq_len']} | {means} | "
@@ -45,7 +65,10 @@ def rank_table(results: dict[str, dict]) -> str:
 def main(workdirs: list[str]) -> None:
     if not workdirs:
         raise SystemExit(__doc__)
-    results = {workdir: load(workdir) for workdir in workdirs}
+    try:
+        results = {workdir: load(workdir) for workdir in workdirs}
+    except WorkdirError as error:
+        raise SystemExit(str(error)) from None
     print(metrics_table(results), rank_table(results), sep="\n\n")
 
 

@@ -16,7 +16,6 @@ import argparse
 import csv
 import dataclasses
 import itertools
-import json
 import os
 import shlex
 import sys
@@ -30,6 +29,7 @@ import attention  # noqa: E402
 from analysis import stats  # noqa: E402
 from scripts import compare  # noqa: E402
 from training import metrics  # noqa: E402
+from training.workdirs import WorkdirError, read_json  # noqa: E402
 
 # The agent's macros this runner fills; the others (${args_json_file}, ${envvar:...}, ...) are an error.
 MACROS = ("${env}", "${interpreter}", "${program}", "${args}")
@@ -152,11 +152,6 @@ def select(sweep: Sweep, points: list[dict], only: list[str]) -> list[dict]:
     return points
 
 
-def _read_json(path: str) -> dict:
-    with open(path) as f:
-        return json.load(f)
-
-
 def _config_value(config: dict, name: str):
     for part in _field(name).split("."):
         config = config[part]
@@ -166,7 +161,7 @@ def _config_value(config: dict, name: str):
 def result_row(sweep: Sweep, point: dict, workdir: str) -> dict:
     """A finished run: its swept values as it trained them (config.json; empty where its kind ignores
     one), its test metrics and the mean effective rank of each role over layers and heads (eval.json)."""
-    config, result = _read_json(os.path.join(workdir, "config.json")), _read_json(os.path.join(workdir, "eval.json"))
+    config, result = read_json(os.path.join(workdir, "config.json")), read_json(os.path.join(workdir, "eval.json"))
     kept = identity(point)
     row = {_field(name): _config_value(config, name) if name in kept else "" for name in sweep.swept}
     row.update(result["metrics"])
@@ -252,10 +247,12 @@ def main(argv: list[str] | None = None) -> None:
     workdirs = [os.path.join(out_dir, slug(sweep, point)) for point in points]
     jobs = [(slug(sweep, point), train_command(sweep, point, workdir, extra), workdir)
             for point, workdir in zip(points, workdirs) if point in selected]
-    failed = compare.run_jobs(jobs, args.jobs)
-
-    rows = [result_row(sweep, point, workdir) for point, workdir in zip(points, workdirs)
-            if compare.is_finished(workdir)]
+    try:  # a workdir's config.json or eval.json that does not read names itself
+        failed = compare.run_jobs(jobs, args.jobs)
+        rows = [result_row(sweep, point, workdir) for point, workdir in zip(points, workdirs)
+                if compare.is_finished(workdir)]
+    except WorkdirError as error:
+        raise SystemExit(str(error)) from None
     if rows:
         csv_path, md_path = write_results(sweep, rows, out_dir, shlex.join(["python", "scripts/sweep.py", *argv]))
         print(f"\n{seeds_table(sweep, rows)}\n\n{len(rows)}/{len(points)} runs: {csv_path}, {md_path}", flush=True)

@@ -155,29 +155,32 @@ def test_unknown_split_is_rejected_before_building(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+LIMITS = (256, 256)  # max source and target words: the config's defaults
+
+
 def test_read_scan_format(tmp_path):
     path = tmp_path / "tasks.txt"
     path.write_text("IN: jump twice OUT: I_JUMP I_JUMP\n\nIN: turn left OUT: I_TURN_LEFT\n")
-    assert read_parallel_file(str(path)) == [("jump twice", "I_JUMP I_JUMP"), ("turn left", "I_TURN_LEFT")]
+    assert read_parallel_file(str(path), *LIMITS) == [("jump twice", "I_JUMP I_JUMP"), ("turn left", "I_TURN_LEFT")]
 
 
 def test_read_tab_separated(tmp_path):
     path = tmp_path / "pairs.tsv"
     path.write_text("\nein Haus\ta house\r\nzwei\ttwo\n")
-    assert read_parallel_file(str(path)) == [("ein Haus", "a house"), ("zwei", "two")]
+    assert read_parallel_file(str(path), *LIMITS) == [("ein Haus", "a house"), ("zwei", "two")]
 
 
 def test_missing_file(tmp_path):
     path = str(tmp_path / "absent.tsv")
     with pytest.raises(DataFileError, match=re.escape(f"{path}: file not found")):
-        read_parallel_file(path)
+        read_parallel_file(path, *LIMITS)
 
 
 def test_file_without_pairs(tmp_path):
     path = tmp_path / "blank.tsv"
     path.write_text("\n  \n")
     with pytest.raises(DataFileError, match=re.escape(str(path))):
-        read_parallel_file(str(path))
+        read_parallel_file(str(path), *LIMITS)
 
 
 @pytest.mark.parametrize(
@@ -194,7 +197,7 @@ def test_malformed_line_is_reported_with_its_number(tmp_path, lines):
     path = tmp_path / "bad.txt"
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(DataFileError) as error:
-        read_parallel_file(str(path))
+        read_parallel_file(str(path), *LIMITS)
     assert str(error.value).startswith(f"{path}:3: ")
 
 
@@ -218,3 +221,26 @@ def test_vocabulary_save_load(tmp_path):
     vocab.save(str(tmp_path / "vocab.json"))
     assert Vocabulary.load(str(tmp_path / "vocab.json")) == vocab
     assert vocab != Vocabulary.build(["I_JUMP"])
+
+
+def test_a_file_that_is_not_utf8_names_its_line(tmp_path):
+    path = tmp_path / "latin1.tsv"
+    path.write_bytes("walk\tI_WALK\ncaf\u00e9\tI_RUN\n".encode("latin-1"))
+    with pytest.raises(DataFileError, match=re.escape(f"{path}:2: not UTF-8 (invalid continuation byte at byte 3)")):
+        read_parallel_file(str(path), *LIMITS)
+
+
+def test_a_directory_is_not_a_data_file(tmp_path):
+    with pytest.raises(DataFileError, match=re.escape(f"{tmp_path}: a directory, not a data file")):
+        read_parallel_file(str(tmp_path), *LIMITS)
+
+
+@pytest.mark.parametrize("side, line", [("source", "walk " * 9 + "\tI_WALK"), ("target", "walk\t" + "I_WALK " * 6)])
+def test_a_line_over_the_length_limit_names_file_line_and_field(tmp_path, side, line):
+    path = tmp_path / "long.tsv"
+    path.write_text(f"walk\tI_WALK\n{line}\n")
+    words = 9 if side == "source" else 6
+    message = f"{path}:2: the {side} has {words} words, over config.dataset.max_{side}_len=5"
+    with pytest.raises(DataFileError, match=re.escape(message)):
+        read_parallel_file(str(path), 5, 5)
+    assert len(read_parallel_file(str(path), 9, 6)) == 2  # at the limit: read

@@ -1,7 +1,11 @@
-"""scripts/summarize_runs.py on a hand-written eval.json."""
+"""scripts/summarize_runs.py on hand-written eval.json files; what the scripts say of unreadable ones."""
 import json
+import re
 
-from scripts import summarize_runs
+import pytest
+
+from scripts import compare, summarize_runs
+from training.workdirs import WorkdirError
 
 
 def _row(role, layer, head, numerical, bound):
@@ -24,3 +28,46 @@ def test_tables_average_ranks_over_layers_and_heads(tmp_path):
     assert rows == [f"| {tmp_path} | encoder_self | linear | 6 | 3.00 | 1.50 | 1.00 | 4 |",
                     f"| {tmp_path} | decoder_self | linear | 6 | 6.00 | 3.00 | 1.00 | - |",
                     f"| {tmp_path} | cross | softmax | 6 | 5.00 | 2.50 | 1.00 | - |"]
+
+
+def _eval_json(directory, task, metrics, rank=()):
+    directory.mkdir(parents=True, exist_ok=True)
+    result = {"task": task, "attention": {"encoder_self": "softmax"}, "metrics": metrics, "rank": list(rank)}
+    (directory / "eval.json").write_text(json.dumps(result))
+    return str(directory)
+
+
+def test_runs_of_two_tasks_get_a_metrics_table_each(tmp_path):
+    translation = _eval_json(tmp_path / "scan", "translation", {"exact_match": 0.5})
+    mlm = _eval_json(tmp_path / "mlm", "mlm", {"masked_accuracy": 0.25}, [_row("encoder_self", 0, 0, 2.0, 4)])
+    results = {workdir: summarize_runs.load(workdir) for workdir in (translation, mlm)}
+    first, second = summarize_runs.metrics_table(results).split("\n\n")
+    assert first.splitlines()[0] == "| run | attention | exact_match |"
+    assert first.splitlines()[2:] == [f"| {translation} | softmax | 0.5000 |"]
+    assert second.splitlines()[0] == "| run | attention | masked_accuracy |"
+    assert second.splitlines()[2:] == [f"| {mlm} | softmax | 0.2500 |"]
+    # The translation run has no rank rows for its role: the rank table leaves it out.
+    assert [row.split(" | ")[0] for row in summarize_runs.rank_table(results).splitlines()[2:]] == [f"| {mlm}"]
+
+
+@pytest.mark.parametrize("content, reason", [
+    ("{\"task\": ", "not readable as JSON"),
+    ("[1, 2]", "holds a JSON list, not an object"),
+    ("{\"task\": \"mlm\"}", "no metrics, attention, rank; not an eval.json of this lab"),
+])
+def test_an_unreadable_eval_json_is_named_with_its_reason(tmp_path, content, reason):
+    (tmp_path / "eval.json").write_text(content)
+    with pytest.raises(SystemExit, match=re.escape(f"{tmp_path / 'eval.json'}: {reason}")):
+        summarize_runs.main([str(tmp_path)])
+
+
+def test_compare_treats_an_eval_json_cut_short_as_unfinished_and_names_a_bad_config_json(tmp_path, capsys):
+    (tmp_path / "config.json").write_text(json.dumps({"num_train_steps": 10}))
+    (tmp_path / "eval.json").write_text("{\"step\": 1")
+    assert not compare.is_finished(str(tmp_path))
+    assert f"warning: {tmp_path / 'eval.json'}: not readable as JSON" in capsys.readouterr().out
+    (tmp_path / "eval.json").write_text(json.dumps({"step": 10}))
+    assert compare.is_finished(str(tmp_path))
+    (tmp_path / "config.json").write_bytes(b"\xff\xfe")
+    with pytest.raises(WorkdirError, match=re.escape(f"{tmp_path / 'config.json'}: not readable as JSON")):
+        compare.is_finished(str(tmp_path))

@@ -17,7 +17,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GLOBAL_BATCH, STEPS = 16, 10
 EVAL_BATCH = 30  # not a multiple of 4: the 4-device evaluation pads it to 32
 RUNS = {1: {"reference": {}},
-        4: {"replicated": {}, "resumed": {"sharding.params": "fsdp"}}}
+        4: {"replicated": {}, "resumed": {"sharding.params": "fsdp",  # the same global batch on 4 devices:
+                                          "resume_with_changes": "sharding,per_device_batch_size"}}}
 # Float32 sums over 4 devices add in another order than over 1: last-bit differences, which Adam's
 # normalised steps carry into the parameters at about the same relative size...
 LOSS_RTOL, PARAMS_ATOL = 1e-5, 1e-5

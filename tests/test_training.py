@@ -35,7 +35,8 @@ def test_eval_json_has_the_documented_keys(trained):
         written = json.load(f)
     assert written == json.loads(json.dumps(result))
     assert set(written) == {"step", "task", "split", "num_examples", "attention", "metrics", "rank", "state",
-                            "runtime"}
+                            "config", "runtime"}
+    assert written["config"] == json.loads(json.dumps(config.to_dict()))
     assert written["runtime"] == devices.runtime()  # platform, device kind and count, jax and jaxlib
     assert (written["step"], written["task"], written["num_examples"]) == (20, "translation", 40)
     assert written["attention"] == {"encoder_self": "softmax", "decoder_self": "softmax", "cross": "softmax"}
@@ -87,6 +88,7 @@ def test_resume_continues_from_the_latest_checkpoint(trained, tmp_path):
     shutil.copytree(workdir, resumed)
     config = config.copy_and_resolve_references()
     config.num_train_steps = 30
+    config.resume_with_changes = "num_train_steps"  # without it, the restart is refused (test_workdirs.py)
     loop.train_and_evaluate(config, resumed)
     lines = [line for line in _lines(resumed) if line["split"] == "train"]
     assert [line["step"] for line in lines] == [5, 10, 15, 20, 25, 30]
@@ -123,7 +125,7 @@ def test_validation_is_held_out_of_the_training_file_unless_switched_off(tiny_co
 
     config = tiny_config()
     data = translation.prepare_data(config, str(tmp_path))
-    lines = files.read_parallel_file(data_files[0])
+    lines = files.read_parallel_file(data_files[0], 256, 256)
     held = [pair for pair in lines if zlib.crc32(pair[0].encode("utf-8")) % 10 == 0]
     assert len(data.validation["source"]) == len(held) > 0
     assert len(data.train["source"]) == len(lines) - len(held)
@@ -156,7 +158,9 @@ ERRORS = [
     ({"attention.name": "nope"}, ConfigError, "attention.name='nope'.*choose one of: .*linear.*softmax"),
     ({"attention.cross": "nope"}, ConfigError, "attention.cross"),
     ({"model.num_heads": 3}, ConfigError, "d_model=32 is not divisible by config.model.num_heads=3"),
-    ({"dataset.name": "scan", "dataset.split": "nope"}, ConfigError, "simple, length, add_jump, add_turn_left"),
+    ({"dataset.name": "scan", "dataset.split": "nope", "dataset.train_file": "", "dataset.test_file": ""},
+     ConfigError, "simple, length, add_jump, add_turn_left"),
+    ({"dataset.name": "scan"}, ConfigError, "dataset.train_file='.*' is read only when dataset.name='files'"),
     ({"dataset.train_file": "/nonexistent/train.tsv"}, ConfigError, "/nonexistent/train.tsv.*not found"),
     ({"attention.num_fetures": 3}, ConfigError, "num_fetures"),
     ({"attention.name": "taylor", "attention.taylor_order": 3}, ConfigError, "taylor_order"),

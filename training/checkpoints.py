@@ -67,6 +67,7 @@ class Checkpoints:
                 self._move_aside(bad_step)
             return step, state, metadata
         if failed:
+            self.close()  # an open manager's threads would print asyncio errors as the process exits
             raise CheckpointError(
                 f"no checkpoint in {self.directory} restores (see the warnings above). If the config "
                 f"changed since they were written, train in a new workdir; to start over, delete "

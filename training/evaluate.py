@@ -10,7 +10,7 @@ from flax import nnx
 from analysis import plots, rank
 from data import pipeline
 from models import CAUSAL_ROLES
-from training import devices, sharding, tasks, validate
+from training import devices, sharding, tasks, validate, workdirs
 from training.checkpoints import Checkpoints
 from training.steps import create_optimizer, init_state, make_eval_step
 
@@ -111,21 +111,27 @@ def attention_analysis(config, workdir, model, weights, query_len, key_len, toke
     return summary
 
 
-def write_eval_json(workdir: str, result: dict) -> dict:
-    """eval.json: the task's `result`, and the devices and versions that computed it."""
-    result = {**result, "runtime": devices.runtime()}
+def write_eval_json(config, workdir: str, result: dict) -> dict:
+    """eval.json: the task's `result`, the config it was computed with, and the devices and versions
+    that computed it."""
+    result = {**result, "config": workdirs.config_record(config), "runtime": devices.runtime()}
     with open(os.path.join(workdir, "eval.json"), "w") as f:
         json.dump(result, f, indent=1)
     return result
 
 
 def evaluate(config, workdir: str) -> dict:
-    """Restores the latest checkpoint of `workdir` and evaluates it (what eval.py runs)."""
+    """Restores the latest checkpoint of `workdir` and evaluates it (what eval.py runs) with `config`,
+    which may differ from the config the workdir trained only in what workdirs.CHANGEABLE allows."""
     validate.validate(config)
+    workdirs.check_eval_config(config, workdir)
     task = tasks.get(config.task)
-    checkpoints = Checkpoints(os.path.join(workdir, "checkpoints"))
-    if checkpoints.latest_step() is None:
-        raise FileNotFoundError(f"no checkpoint in {os.path.join(workdir, 'checkpoints')}; train first")
+    directory = os.path.join(workdir, "checkpoints")
+    checkpoints = Checkpoints(directory) if os.path.isdir(directory) else None  # a manager would make it
+    if checkpoints is None or checkpoints.latest_step() is None:
+        if checkpoints:
+            checkpoints.close()
+        raise workdirs.WorkdirError(f"{directory}: no checkpoint; train first")
     data = task.prepare_data(config, workdir)
     model = task.create_model(config, data)
     _, state = init_state(model, create_optimizer(config))  # the layout training checkpointed

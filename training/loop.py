@@ -11,7 +11,7 @@ from flax import nnx
 
 from analysis import plots
 from data.prefetch import prefetch
-from training import devices, evaluate, interrupts, sharding, tasks, validate
+from training import devices, evaluate, interrupts, sharding, tasks, validate, workdirs
 from training.checkpoints import Checkpoints
 from training.metrics import MetricsWriter, read_metrics
 from training.steps import create_optimizer, init_state, learning_rate_schedule, make_eval_step, make_train_step
@@ -115,13 +115,12 @@ def train_and_evaluate(config, workdir: str) -> dict:
     validate.check_devices(config)
     sharding.initialize(config)  # before validate(), which already runs JAX code
     validate.validate(config)
-    os.makedirs(workdir, exist_ok=True)
+    workdirs.check_restart(config, workdir)  # before anything in the workdir is written
     runtime = devices.runtime()
     print(f"devices: {devices.describe(runtime)}", flush=True)
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-        json.dump({**config.to_dict(), "runtime": runtime}, f, indent=1)
     task = tasks.get(config.task)
-    data = task.prepare_data(config, workdir)
+    with workdirs.made_for(workdir):  # a run refused for its data leaves no empty workdir behind
+        data = task.prepare_data(config, workdir)
     model = task.create_model(config, data)
     optimizer = create_optimizer(config)
     graphdef, state = init_state(model, optimizer)
@@ -133,6 +132,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
     if (restored := checkpoints.restore_latest(state)) is not None:
         start_step, state, metadata = restored
         print(f"resuming {workdir} from step {start_step}", flush=True)
+    with open(os.path.join(workdir, workdirs.CONFIG_FILE), "w") as f:
+        json.dump({**workdirs.config_record(config), "runtime": runtime}, f, indent=1)
     writer = MetricsWriter(*_metrics_place(workdir, config), start_step)
 
     loss_fn = functools.partial(task.metric_sums, label_smoothing=config.label_smoothing)

@@ -3,7 +3,7 @@ import json
 import os
 import secrets
 
-from training import devices, validate
+from training import devices, validate, workdirs
 
 
 # Set by `wandb agent` for each run it starts: the run's id (the same when the sweep requeues a run marked
@@ -24,8 +24,9 @@ def resolve_workdir(workdir: str) -> str:
         return workdir
     run_id = os.environ.get(RUN_ID_VAR)
     if not run_id:
-        raise ValueError(f"--workdir={workdir} holds {RUN_ID_PLACEHOLDER}, filled from ${RUN_ID_VAR}, which is "
-                         f"not set: `wandb agent` sets it; outside a sweep, name the workdir")
+        raise workdirs.WorkdirError(f"--workdir={workdir} holds {RUN_ID_PLACEHOLDER}, filled from "
+                                    f"${RUN_ID_VAR}, which is not set; `wandb agent` sets it, outside a sweep name the "
+                                    f"workdir")
     return workdir.replace(RUN_ID_PLACEHOLDER, run_id)
 
 
@@ -40,8 +41,9 @@ def _run_id(workdir: str) -> str:
     with open(id_path) as f:
         run_id = f.read().strip()
     if given and given != run_id:
-        raise ValueError(f"{workdir} holds W&B run {run_id}, but ${RUN_ID_VAR} is {given}: each run of a sweep "
-                         f"needs its own workdir, e.g. --workdir=runs/agent/<task>/{RUN_ID_PLACEHOLDER}")
+        raise workdirs.WorkdirError(f"{workdir} holds W&B run {run_id}, but ${RUN_ID_VAR} is {given}: each run "
+                                    f"of a sweep needs its own workdir, e.g. "
+                                    f"--workdir=runs/agent/<task>/{RUN_ID_PLACEHOLDER}")
     return run_id
 
 

@@ -12,6 +12,7 @@ import tensorflow_datasets as tfds
 from flax import nnx
 
 from data import files, mlm, text_corpus, tokenizer
+from data.files import DatasetNotPreparedError
 from models import MaskedLanguageModel
 from training import evaluate, validate
 from training.losses import prediction_loss_and_accuracy, prediction_sums
@@ -28,10 +29,6 @@ class MlmData:
     masking: dict  # keyword arguments of mlm.mask_tokens
 
 
-class DatasetNotPreparedError(FileNotFoundError):
-    pass
-
-
 def _tfds_texts(dataset, split: str) -> list[str]:
     try:
         builder = tfds.builder(dataset.tfds_name, data_dir=dataset.data_dir)
@@ -46,8 +43,8 @@ def _tfds_texts(dataset, split: str) -> list[str]:
             f"TensorFlow to prepare, not to read), then copy {dataset.data_dir} here.")
     source = builder.as_data_source(split=split)
     if dataset.text_key not in builder.info.features:
-        raise ValueError(f"config.dataset.text_key={dataset.text_key!r} is not a feature of "
-                         f"{dataset.tfds_name!r}; its features: {', '.join(builder.info.features)}")
+        raise validate.ConfigError(f"config.dataset.text_key={dataset.text_key!r} is not a feature of "
+                                   f"{dataset.tfds_name!r}; its features: {', '.join(builder.info.features)}")
     return [example[dataset.text_key].decode("utf-8") for example in source]
 
 
@@ -81,6 +78,10 @@ def prepare_data(config, workdir: str) -> MlmData:
     train_texts = load_texts(dataset, dataset.train_split)
     tok = tokenizer.load_or_train(_tokenizer_path(dataset), lambda: train_texts, dataset.vocab_size,
                                   dataset.tokenizer)
+    if tok.vocab_size < dataset.vocab_size:  # SentencePiece's limit is soft: a small text gives fewer pieces
+        print(f"warning: {_tokenizer_path(dataset)} has {tok.vocab_size} pieces, fewer than "
+              f"config.dataset.vocab_size={dataset.vocab_size}: the training text holds no more; the model "
+              f"uses {tok.vocab_size} (eval.json: vocab_size)", flush=True)
     masking = {"vocab_size": tok.vocab_size, "mask_rate": config.mlm.mask_rate,
                "mask_token_rate": config.mlm.mask_token_rate, "random_token_rate": config.mlm.random_token_rate,
                "max_predictions": mlm.default_max_predictions(dataset.seq_len, config.mlm.mask_rate)}
@@ -135,11 +136,12 @@ def attention_analysis(config, workdir: str, model, data: MlmData) -> list:
 def evaluate_model(config, workdir: str, model, data: MlmData, step: int) -> dict:
     """Masked-token metrics on the whole test split (fixed masking) and attention ranks -> eval.json."""
     totals = evaluate.model_metric_totals(model, metric_sums, data.test, config.eval.batch_size)
-    return evaluate.write_eval_json(workdir, {
+    return evaluate.write_eval_json(config, workdir, {
         "step": int(step),
         "task": "mlm",
         "split": config.dataset.split,
         "num_examples": int(len(data.test["inputs"])),
+        "vocab_size": data.tokenizer.vocab_size,
         "attention": validate.role_kinds(config),
         "metrics": summarize(totals),
         "rank": attention_analysis(config, workdir, model, data),

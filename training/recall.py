@@ -88,7 +88,7 @@ def evaluate_model(config, workdir: str, model, data: RecallData, step: int) -> 
     dataset = config.dataset
     totals = evaluate.model_metric_totals(model, metric_sums, getattr(data, dataset.split), config.eval.batch_size)
     roles = validate.role_kinds(config)
-    return evaluate.write_eval_json(workdir, {
+    return evaluate.write_eval_json(config, workdir, {
         "step": int(step),
         "task": "recall",
         "split": dataset.split,

@@ -19,8 +19,9 @@ def learning_rate_schedule(config):
 
 
 def create_optimizer(config) -> optax.GradientTransformation:
+    clip = optax.clip_by_global_norm(config.grad_clip_norm) if config.grad_clip_norm else optax.identity()
     return optax.chain(
-        optax.clip_by_global_norm(config.grad_clip_norm),
+        clip,
         optax.adamw(learning_rate_schedule(config), weight_decay=config.weight_decay))
 
 

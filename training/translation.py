@@ -40,7 +40,8 @@ def load_pairs(dataset) -> tuple[list, list, list]:
         primitive = scan_grammar.PRIMITIVE_OF_SPLIT.get(dataset.split)
         keep = (primitive,) if primitive else ()
     else:
-        train, test = files.read_parallel_file(dataset.train_file), files.read_parallel_file(dataset.test_file)
+        train, test = (files.read_parallel_file(path, dataset.max_source_len, dataset.max_target_len)
+                       for path in (dataset.train_file, dataset.test_file))
         keep = ()
     if not dataset.hold_out_validation:
         return train, [], test
@@ -199,7 +200,7 @@ def final_metrics(config, model, data: TranslationData) -> dict:
 
 def evaluate_model(config, workdir: str, model, data: TranslationData, step: int) -> dict:
     """Evaluates on the whole test split and writes `eval.json` in the workdir; returns its content."""
-    return evaluate.write_eval_json(workdir, {
+    return evaluate.write_eval_json(config, workdir, {
         "step": int(step),
         "task": "translation",
         "split": "test",

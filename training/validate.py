@@ -6,7 +6,7 @@ from flax import nnx
 import attention
 from data import recall, scan_grammar, text_corpus
 from models import TransformerSpec, rnn
-from training import sharding, steps
+from training import sharding, steps, workdirs
 
 ROLE_FIELDS = ("encoder_self", "decoder_self", "cross")
 # The roles each task's model has (recall's depend on its form, see model_roles).
@@ -21,9 +21,23 @@ WANDB_MODES = ("online", "offline", "disabled")
 NONFINITE = ("stop", "skip")  # what training does after a step with a non-finite loss or gradient
 POSITIVE_INTS = ("num_train_steps", "log_every_steps", "eval_every_steps", "checkpoint_every_steps",
                  "per_device_batch_size", "model.num_layers", "model.d_model", "model.num_heads",
-                 "eval.batch_size")
+                 "eval.batch_size", "eval.rank_examples", "attention.num_features")
 # 0: none, or the default; attention.chunk_size 0: the size attention/chunking.py picks (auto)
-NON_NEGATIVE_INTS = ("model.mlp_dim", "model.qk_head_dim", "model.conv_kernel", "attention.chunk_size")
+NON_NEGATIVE_INTS = ("seed", "warmup_steps", "model.mlp_dim", "model.qk_head_dim", "model.conv_kernel",
+                     "attention.chunk_size", "attention.redraw_every_steps")
+# field: the interval its value must lie in ("[" where the low end is allowed), and why where it helps.
+NUMBER_RANGES = {
+    "learning_rate": ("(0, inf)", ""),
+    "weight_decay": ("[0, inf)", ""),
+    "grad_clip_norm": ("[0, inf)", "0: no clipping"),
+    "label_smoothing": ("[0, 1)", "the share of each target's probability spread over the vocabulary"),
+    "model.dropout_rate": ("[0, 1)", ""),
+    "attention.dropout_rate": ("[0, 1)", ""),
+    "attention.eps": ("(0, inf)", "it keeps a kernelised normaliser away from 0"),
+}
+# Dataset fields only one dataset.name reads: set under another name, they would be silently ignored.
+DATASET_FIELDS = {"translation": {"files": ("train_file", "test_file")},
+                  "mlm": {"text_files": ("train_file", "test_file"), "tfds": ("tfds_name",)}}
 
 
 class ConfigError(ValueError):
@@ -46,6 +60,34 @@ def _check_int(config, field: str, low: int) -> None:
     value = _get(config, field)
     if not isinstance(value, int) or value < low:
         raise ConfigError(f"config.{field}={value!r} must be an integer >= {low}")
+
+
+def _check_number(config, field: str) -> None:
+    interval, why = NUMBER_RANGES[field]
+    low, high = (float(end) for end in interval[1:-1].split(","))
+    value = _get(config, field)
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not (is_number and (low <= value if interval[0] == "[" else low < value) and value < high):
+        raise ConfigError(f"config.{field}={value!r} must be a number in {interval}" +
+                          (f"; {why}" if why else ""))
+
+
+def _check_dataset_fields_read(config) -> None:
+    """A data field set for a dataset.name other than the run's would be silently ignored."""
+    for name, fields in DATASET_FIELDS.get(config.task, {}).items():
+        for field in fields:
+            if config.dataset.name != name and config.dataset[field]:
+                raise ConfigError(f"config.dataset.{field}={config.dataset[field]!r} is read only when "
+                                  f"dataset.name={name!r} (it is {config.dataset.name!r}); add "
+                                  f"--config.dataset.name={name}, or leave {field} out")
+
+
+def _check_resume_fields(config) -> None:
+    named = workdirs.changes_named(config)
+    if unknown := [name for name in named if not workdirs.is_under(name, workdirs.CHANGEABLE)]:
+        raise ConfigError(f"config.resume_with_changes={config.resume_with_changes!r}: {', '.join(unknown)} "
+                          f"cannot change within a run; a restart may change only: "
+                          f"{', '.join(workdirs.CHANGEABLE)}")
 
 
 def role_kinds(config) -> dict[str, str]:
@@ -101,6 +143,8 @@ def _check_file(config, field: str) -> None:
     path = config.dataset[field]
     if not path:
         raise ConfigError(f"config.dataset.{field} is empty; dataset.name={config.dataset.name!r} needs it")
+    if os.path.isdir(path):
+        raise ConfigError(f"config.dataset.{field}={path!r} is a directory; give the data file")
     if not os.path.isfile(path):
         raise ConfigError(f"config.dataset.{field}={path!r}: file not found")
 
@@ -111,6 +155,8 @@ def _check_translation_data(config) -> None:
     else:
         for field in ("train_file", "test_file"):
             _check_file(config, field)
+    for field in ("max_source_len", "max_target_len"):
+        _check_int(config, f"dataset.{field}", 1)
 
 
 def _check_decoding(config) -> None:
@@ -179,6 +225,9 @@ def validate(config) -> None:
         _check_int(config, field, 1)
     for field in NON_NEGATIVE_INTS:
         _check_int(config, field, 0)
+    for field in NUMBER_RANGES:
+        _check_number(config, field)
+    _check_resume_fields(config)
     for role in ROLE_FIELDS:
         if config.attention[role] and role not in model_roles(config):
             model = "rnn" if _is_rnn(config) else config.task
@@ -197,6 +246,7 @@ def validate(config) -> None:
     _choice("model.positions", config.model.positions, POSITIONS)
     _choice("nonfinite", config.nonfinite, NONFINITE)
     _choice("dataset.name", config.dataset.name, DATASETS[config.task])
+    _check_dataset_fields_read(config)
     if config.task == "translation":
         _check_translation_data(config)
         _check_decoding(config)

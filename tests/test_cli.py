@@ -1,0 +1,113 @@
+"""train.py and eval.py as a user runs them: a mistake in the flags, the config, the data or the workdir is
+one line on stderr and exit status 2, with nothing written; --debug brings the traceback back."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from training import loop
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(script: str, *flags: str, debug: bool = False) -> subprocess.CompletedProcess:
+    env = {key: value for key, value in os.environ.items() if key != "ATTENTION_LAB_DEBUG"}
+    env["WANDB_MODE"] = "disabled"
+    command = [sys.executable, script, *flags, *(["--debug"] if debug else [])]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+
+
+def _one_error_line(process: subprocess.CompletedProcess) -> str:
+    """The only line of stderr, which must be an error; exit status 2."""
+    assert process.returncode == 2, process.stdout + process.stderr
+    lines = process.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), process.stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_config, tmp_path_factory):
+    """(workdir, the train.py flags of its config) of a finished tiny run on the shared data files."""
+    config = tiny_config()
+    config.num_train_steps, config.eval.rank_examples = 4, 2
+    workdir = str(tmp_path_factory.mktemp("run"))
+    loop.train_and_evaluate(config, workdir)
+    flags = ["--config=configs/translation.py:tiny", "--config.num_train_steps=4", "--config.eval.rank_examples=2",
+             "--config.dataset.name=files", f"--config.dataset.train_file={config.dataset.train_file}",
+             f"--config.dataset.test_file={config.dataset.test_file}"]
+    return workdir, flags
+
+
+def _files(workdir: str) -> dict[str, bytes]:
+    contents = {}
+    for parent, _, names in os.walk(workdir):
+        for name in names:
+            with open(os.path.join(parent, name), "rb") as f:
+                contents[os.path.relpath(os.path.join(parent, name), workdir)] = f.read()
+    return contents
+
+
+@pytest.mark.parametrize("flags, line", [
+    (["--config.attention.nonsense=1"],
+     "error: --config.attention.nonsense: no such field of configs/translation.py; did you mean "),
+    (["--config.learning_rate=-1"], "error: config.learning_rate=-1.0 must be a number in (0, inf)"),
+    (["--config.model.dropout_rate=1.5"], "error: config.model.dropout_rate=1.5 must be a number in [0, 1)"),
+    (["--config=configs/translation.py:nope"], "error: unknown config preset 'nope'; known presets: "),
+    (["--config.dataset.train_file=/tmp/x.tsv"],
+     "error: config.dataset.train_file='/tmp/x.tsv' is read only when dataset.name='files' (it is 'scan'); "
+     "add --config.dataset.name=files, or leave train_file out"),
+    (["--config.learning_rate=fast"], "error: flag --config.learning_rate=fast: "),
+])
+def test_a_bad_config_is_one_line_and_creates_no_workdir(tmp_path, flags, line):
+    workdir = tmp_path / "run"
+    error = _one_error_line(_run("train.py", f"--workdir={workdir}", *flags))
+    assert error.startswith(line), error
+    assert not workdir.exists()
+
+
+def test_a_data_file_that_is_not_utf8_is_one_line_with_file_and_line(tmp_path, data_files):
+    bad = tmp_path / "latin1.tsv"
+    bad.write_bytes("walk\tI_WALK\ncaf\u00e9\tI_RUN\n".encode("latin-1"))
+    error = _one_error_line(_run("train.py", f"--workdir={tmp_path / 'run'}", "--config=configs/translation.py:tiny",
+                                 "--config.dataset.name=files", f"--config.dataset.train_file={bad}",
+                                 f"--config.dataset.test_file={data_files[1]}"))
+    assert error.startswith(f"error: {bad}:2: not UTF-8"), error
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_refused_restart_and_a_refused_eval_leave_the_workdir_as_it_was(trained, tmp_path):
+    workdir, flags = trained
+    copy = str(tmp_path / "run")
+    shutil.copytree(workdir, copy)
+    before = _files(copy)
+    error = _one_error_line(_run("train.py", f"--workdir={copy}", *flags, "--config.attention.name=dot"))
+    assert error == (f"error: {copy}/config.json: this workdir trained another config (attention.name 'softmax' "
+                     f"-> 'dot'); train this one in a new --workdir")
+    error = _one_error_line(_run("eval.py", f"--workdir={copy}", *flags, "--config.attention.name=dot"))
+    assert "attention.name 'softmax' -> 'dot'); leave out --config to evaluate it as it was trained" in error
+    assert _files(copy) == before
+
+
+def test_eval_reads_the_workdir_config_and_takes_eval_overrides(trained, tmp_path):
+    workdir, _ = trained
+    copy = str(tmp_path / "run")
+    shutil.copytree(workdir, copy)
+    process = _run("eval.py", f"--workdir={copy}", "--config.eval.beam_size=2")
+    assert process.returncode == 0, process.stderr
+    with open(os.path.join(copy, "eval.json")) as f:
+        assert '"beam_size": 2' in f.read()
+
+
+def test_eval_of_a_missing_workdir_creates_nothing(tmp_path):
+    missing = tmp_path / "absent"
+    error = _one_error_line(_run("eval.py", f"--workdir={missing}"))
+    assert error.startswith(f"error: --workdir={missing}: no such directory"), error
+    assert not missing.exists()
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    process = _run("train.py", f"--workdir={tmp_path / 'run'}", "--config.learning_rate=-1", debug=True)
+    assert process.returncode != 0 and "Traceback" in process.stderr
+    assert "config.learning_rate=-1.0 must be a number in (0, inf)" in process.stderr

@@ -1,0 +1,126 @@
+"""What train.py and eval.py share on the command line: a mistake in the flags, the config, the data or
+the workdir ends in one line on stderr, `error: <field or file[:line]>: <what is wrong>; <what to do>`,
+and exit status 2, with no traceback unless --debug (or $ATTENTION_LAB_DEBUG=1) asks for it."""
+import difflib
+import importlib.util
+import os
+import re
+import sys
+
+from absl import app, flags
+
+from data.files import DataFileError
+from training.checkpoints import CheckpointError
+from training.validate import ConfigError
+from training.workdirs import WorkdirError
+
+DEBUG_VAR = "ATTENTION_LAB_DEBUG"
+EXIT_STATUS = 2  # a command the user can correct, as argparse and absl use for bad flags
+# A non-finite step that stops the run (config.nonfinite="stop") says which step and what to change.
+USER_ERRORS = (ConfigError, DataFileError, WorkdirError, CheckpointError, FloatingPointError)
+WORKDIR_CONFIG = "configs/workdir.py"  # the config a workdir's config.json holds (eval.py's default)
+
+_DEBUG = flags.DEFINE_bool("debug", False, f"Show the traceback of a config, data or workdir error (or "
+                                           f"set ${DEBUG_VAR}=1).")
+
+
+def _debugging(argv) -> bool:
+    # Flags may not be parsed yet: the mistake can be in them.
+    return os.environ.get(DEBUG_VAR) == "1" or "--debug" in argv or _DEBUG.present and _DEBUG.value
+
+
+def fail(message: str):
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    sys.exit(EXIT_STATUS)
+
+
+def _flag_value(argv, name: str) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg.startswith(f"--{name}="):
+            return arg.split("=", 1)[1]
+        if arg == f"--{name}" and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
+def _load_config(spec: str):
+    """The ConfigDict of `file[:arg]`, loaded as config_flags loads it."""
+    path, _, arg = spec.partition(":")
+    module_spec = importlib.util.spec_from_file_location("config_of_the_error", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module.get_config(arg or None) if arg else module.get_config()
+
+
+def _fields(tree, prefix: str = "") -> list[str]:
+    names = []
+    for key, value in tree.items():
+        names += _fields(value, f"{prefix}{key}.") if isinstance(value, dict) else [f"{prefix}{key}"]
+    return names
+
+
+def _unknown_field(argv, default_config: str | None) -> str | None:
+    """The first `--config.<field>` override that names no field of the config, with the closest ones."""
+    overrides = [re.match(r"--(?:no)?config\.([^=]+)", arg).group(1) for arg in argv
+                 if re.match(r"--(?:no)?config\.", arg)]
+    spec = _flag_value(argv, "config") or default_config
+    if not overrides or not spec:
+        return None
+    try:
+        fields = _fields(_load_config(spec).to_dict())
+    except Exception:  # noqa: BLE001 - the config's own error is what the caller then reports
+        return None
+    for name in overrides:
+        if name not in fields:
+            parent = name.rpartition(".")[0]
+            close = difflib.get_close_matches(name, fields, n=3, cutoff=0.6) or [
+                field for field in fields if field.rpartition(".")[0] == parent]
+            return (f"--config.{name}: no such field of {spec}; " +
+                    (f"did you mean {', '.join(close)}?" if close else "see the config file for its fields"))
+    return None
+
+
+def _last_line(error: Exception) -> str:
+    """The message of an error raised while the flags were parsed. ml_collections wraps a config file's
+    own error in that error's traceback; the traceback's last line is the message, after its type."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    return re.sub(r"^[\w.]*(Error|Exception): ", "", lines[-1])
+
+
+def _flags_parser(default_config: str | None):
+    def parse(argv):
+        if default_config and _flag_value(argv, "config") is None:
+            argv = [argv[0], f"--config={default_config}", *argv[1:]]
+        if (spec := _flag_value(argv, "config")) and not os.path.isfile(path := spec.partition(":")[0]):
+            fail(f"--config={spec}: {path}: no such config file; the configs are in configs/")
+        try:
+            return flags.FLAGS(argv)
+        except Exception as error:  # noqa: BLE001 - any of them is a mistake in the flags
+            if _debugging(argv):
+                raise
+            fail(_unknown_field(argv, default_config) or _last_line(error))
+    return parse
+
+
+def run(main, default_config: str) -> None:
+    """app.run(main) with the errors above made one line. Without --config, the config is `default_config`
+    (given to the flag here, not where it is defined: config_flags would load it, and apply the
+    overrides, at import, out of reach of these checks); WORKDIR_CONFIG is the --workdir's own."""
+    def guarded(argv):
+        try:
+            return main(argv)
+        except USER_ERRORS as error:
+            if _debugging(argv):
+                raise
+            fail(str(error))
+
+    def parse(argv):
+        default = default_config
+        if default == WORKDIR_CONFIG:
+            workdir = _flag_value(argv, "workdir")
+            default = f"{WORKDIR_CONFIG}:{workdir}" if workdir else None
+        return _flags_parser(default)(argv)
+
+    app.run(guarded, flags_parser=parse)

@@ -1,0 +1,159 @@
+"""A workdir belongs to one config: the config.json its first run wrote is what every later train.py or
+eval.py on it is compared with, field by field, before anything in the workdir is written."""
+import contextlib
+import importlib
+import json
+import os
+
+CONFIG_FILE = "config.json"
+# Fields a restart may change when it names them (or their block) in config.resume_with_changes: how
+# long the run trains, what it logs and how it is evaluated, where it runs (per_device_batch_size: to keep
+# the global batch on another number of devices); never the model, the data, the optimiser or the seed.
+# eval.py may change them without naming them.
+CHANGEABLE = ("num_train_steps", "log_every_steps", "eval_every_steps", "checkpoint_every_steps", "eval",
+              "wandb", "sharding", "distributed", "per_device_batch_size")
+# Not part of what was trained: the machine that ran it, and the switch itself.
+UNCOMPARED = ("runtime", "resume_with_changes")
+
+
+class WorkdirError(ValueError):
+    """A workdir, or a file in it, that cannot serve the command: another config's run, unreadable JSON."""
+
+
+def read_json(path: str) -> dict:
+    """The JSON object in `path`; WorkdirError naming the path and the reason when there is none."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            content = json.load(f)
+    except FileNotFoundError:
+        raise WorkdirError(f"{path}: not found") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise WorkdirError(f"{path}: not readable as JSON ({error})") from None
+    if not isinstance(content, dict):
+        raise WorkdirError(f"{path}: holds a JSON {type(content).__name__}, not an object")
+    return content
+
+
+def flatten(tree: dict, prefix: str = "") -> dict:
+    """{"model": {"d_model": 64}} -> {"model.d_model": 64}."""
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def config_record(config) -> dict:
+    """The config as config.json and eval.json hold it (JSON types: what a comparison with them sees)."""
+    return json.loads(json.dumps(config.to_dict()))
+
+
+def stored_config(workdir: str) -> dict | None:
+    """The workdir's config.json without its runtime; None where there is none (a new workdir)."""
+    path = os.path.join(workdir, CONFIG_FILE)
+    if not os.path.exists(path):
+        return None
+    return {key: value for key, value in read_json(path).items() if key != "runtime"}
+
+
+def differences(stored: dict, config) -> dict[str, tuple]:
+    """field -> (stored value, new value) where they differ. Fields only one side has are left out: a
+    config.json written before a field existed ran with the value that is now its default."""
+    old, new = flatten(stored), flatten(config_record(config))
+    return {field: (old[field], new[field]) for field in sorted(old.keys() & new.keys())
+            if old[field] != new[field] and not is_under(field, UNCOMPARED)}
+
+
+def is_under(field: str, blocks) -> bool:
+    """Whether `field` is one of `blocks` or inside one ("eval.beam_size" is under "eval")."""
+    return any(field == block or field.startswith(block + ".") for block in blocks)
+
+
+def changes_named(config) -> tuple[str, ...]:
+    """The fields or blocks of config.resume_with_changes (validate.py checks them against CHANGEABLE)."""
+    return tuple(name.strip() for name in config.resume_with_changes.split(",") if name.strip())
+
+
+def _listed(changed: dict) -> str:
+    return ", ".join(f"{field} {old!r} -> {new!r}" for field, (old, new) in changed.items())
+
+
+@contextlib.contextmanager
+def made_for(workdir: str):
+    """Makes `workdir` (if missing) for the block; removes it again if the block fails and leaves it empty."""
+    existed = os.path.isdir(workdir)
+    os.makedirs(workdir, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        if not existed and not os.listdir(workdir):
+            os.rmdir(workdir)
+        raise
+
+
+def check_restart(config, workdir: str) -> None:
+    """Refuses to train `config` in a workdir that another config trained, unless every differing field
+    is named in config.resume_with_changes (and changeable)."""
+    if (stored := stored_config(workdir)) is None:
+        return
+    named = changes_named(config)
+    refused = {field: values for field, values in differences(stored, config).items()
+               if not is_under(field, named)}
+    if not refused:
+        return
+    where = os.path.join(workdir, CONFIG_FILE)
+    fixed = {field: values for field, values in refused.items() if not is_under(field, CHANGEABLE)}
+    if fixed:
+        raise WorkdirError(f"{where}: this workdir trained another config ({_listed(fixed)}); train this "
+                           f"one in a new --workdir")
+    flag = ",".join([*named, *refused])
+    raise WorkdirError(f"{where}: this run trained with other values ({_listed(refused)}); to continue it "
+                       f"with the new ones, add --config.resume_with_changes={flag}")
+
+
+def _require_directory(workdir: str) -> None:
+    if not os.path.isdir(workdir):
+        raise WorkdirError(f"--workdir={workdir}: no such directory; train.py makes a workdir, eval.py "
+                           f"evaluates one")
+
+
+def load_config(workdir: str):
+    """The config `workdir` was trained with (configs/workdir.py)."""
+    _require_directory(workdir)
+    if (stored := stored_config(workdir)) is None:
+        raise WorkdirError(f"{os.path.join(workdir, CONFIG_FILE)}: not found; pass the run's --config")
+    return from_record(stored, os.path.join(workdir, CONFIG_FILE))
+
+
+def check_eval_config(config, workdir: str) -> None:
+    """Refuses to evaluate `workdir` with a config that differs from the one it trained in more than an
+    evaluation may change (CHANGEABLE)."""
+    _require_directory(workdir)
+    if (stored := stored_config(workdir)) is None:  # a workdir from before config.json was written
+        return
+    fixed = {field: values for field, values in differences(stored, config).items()
+             if not is_under(field, CHANGEABLE)}
+    if fixed:
+        raise WorkdirError(f"{os.path.join(workdir, CONFIG_FILE)}: this workdir trained another config "
+                           f"({_listed(fixed)}); leave out --config to evaluate it as it was trained")
+
+
+def from_record(record: dict, where: str):
+    """The ConfigDict of a config.json: its task's default config with the record's values; a field the
+    record lacks (written before the field existed) keeps its default."""
+    task = record.get("task")
+    try:
+        config = importlib.import_module(f"configs.{task}").get_config()
+    except ModuleNotFoundError:
+        raise WorkdirError(f"{where}: task={task!r} is not a task of this lab") from None
+    for field, value in flatten(record).items():
+        if is_under(field, ("runtime",)):
+            continue
+        try:
+            config.update_from_flattened_dict({field: value})
+        except (KeyError, AttributeError, TypeError) as error:
+            raise WorkdirError(f"{where}: field {field}={value!r} does not fit this version's config "
+                               f"({error}); pass the run's --config") from None
+    return config
