@@ -25,6 +25,7 @@ METRICS = {
     "mlm": ("masked_accuracy", "loss", "perplexity"),
     "translation": ("exact_match", "token_accuracy", "bleu", "loss"),
     "recall": ("query_accuracy", "loss"),
+    "listops": ("accuracy", "loss"),
 }
 FEATURE_DIM_PLOT = "accuracy_vs_feature_dim.png"
 EFFECTIVE_RANK_PLOT = "accuracy_vs_effective_rank.png"

@@ -107,6 +107,25 @@ def _translation_splits() -> Study:
     return Study("configs/translation.py:full_train", {}, runs, seeds=3)
 
 
+def _listops_runs(local_window: int) -> list[Run]:
+    """LRA's separating kinds with the [CLS] head, and softmax with each other pooling head."""
+    kinds = [_run("softmax"), _run("linear"), _run("performer"), _run("taylor", taylor_order=2),
+             _run("local", window=local_window)]
+    heads = [Run(f"softmax_{head}", {"attention.name": "softmax", "model.pooling": head})
+             for head in ("mean", "feed_forward", "structured")]
+    return kinds + heads
+
+
+def _listops_quick() -> Study:
+    """Expressions of 32-128 tokens (depth 6, 5 arguments): a CPU's budget."""
+    return Study("configs/listops.py:quick", {}, _listops_runs(local_window=16), seeds=2)
+
+
+def _listops_full() -> Study:
+    """Long Range Arena's ListOps (500-2,000 tokens), for an accelerator."""
+    return Study("configs/listops.py:full", {}, _listops_runs(local_window=64), seeds=3)
+
+
 _OPTION_LETTERS = {"num_features": "m", "window": "w"}  # in run names: performer_m64_N16, local_w8_N16
 
 
@@ -184,6 +203,7 @@ _STUDIES = {
     "mlm": {"quick": _mlm_quick, "full": _mlm_full, "long": _mlm_long},
     "translation": {"quick": _translation_quick, "full": _translation_full, "default": _translation_default,
                     "kinds": _translation_kinds, "splits": _translation_splits},
+    "listops": {"quick": _listops_quick, "full": _listops_full},
     "recall": {"quick": _recall_quick, "bidirectional": _recall_bidirectional, "kinds": _recall_kinds,
                "anchors": _recall_anchors, "full": _recall_full},
 }

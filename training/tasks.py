@@ -11,7 +11,7 @@
 """
 import importlib
 
-NAMES = ("translation", "mlm", "recall")
+NAMES = ("translation", "mlm", "recall", "listops")
 
 
 def get(name: str):

@@ -4,17 +4,19 @@ import os
 from flax import nnx
 
 import attention
-from data import recall, scan_grammar, text_corpus
-from models import TransformerSpec, rnn
+from data import listops, recall, scan_grammar, text_corpus
+from models import TransformerSpec, pooling, rnn
 from training import sharding, steps, workdirs
 
 ROLE_FIELDS = ("encoder_self", "decoder_self", "cross")
 # The roles each task's model has (recall's depend on its form, see model_roles).
-TASK_ROLES = {"translation": ROLE_FIELDS, "mlm": ("encoder_self",), "recall": ("decoder_self", "encoder_self")}
+TASK_ROLES = {"translation": ROLE_FIELDS, "mlm": ("encoder_self",), "recall": ("decoder_self", "encoder_self"),
+              "listops": ("encoder_self",)}
 TASKS = tuple(TASK_ROLES)
 MODELS = ("transformer", "rnn")  # translation's model.name
 RNN_ROLES = ("cross",)  # the RNN attends from decoder states to encoder states only
-DATASETS = {"translation": ("scan", "files"), "mlm": ("pydoc", "tfds", "text_files"), "recall": ("mqar",)}
+DATASETS = {"translation": ("scan", "files"), "mlm": ("pydoc", "tfds", "text_files"), "recall": ("mqar",),
+            "listops": ("listops",)}
 TOKENIZERS = ("unigram", "bpe")
 POSITIONS = ("sinusoidal", "learned")
 WANDB_MODES = ("online", "offline", "disabled")
@@ -123,7 +125,8 @@ def transformer_spec(config, max_len: int) -> TransformerSpec:
     return TransformerSpec(
         num_layers=model.num_layers, d_model=model.d_model, num_heads=model.num_heads, mlp_dim=model.mlp_dim,
         dropout_rate=model.dropout_rate, max_len=max_len, positions=model.positions,
-        tied_embeddings=model.tied_embeddings, qk_head_dim=model.qk_head_dim, conv_kernel=model.conv_kernel,
+        tied_embeddings=model.get("tied_embeddings", True),  # a classifier has its own output layer
+        qk_head_dim=model.qk_head_dim, conv_kernel=model.conv_kernel,
         attention=role_kinds(config), attention_options=kind_options(config))
 
 
@@ -206,6 +209,22 @@ def _check_recall_data(config) -> None:
                           "token embeddings")
 
 
+def _check_listops(config) -> None:
+    dataset, model = config.dataset, config.model
+    for field in ("max_depth", "max_args", "min_length", "max_length", "train_size", "validation_size",
+                  "test_size"):
+        _check_int(config, f"dataset.{field}", 1)
+    _choice("dataset.split", dataset.split, ("validation", "test"))
+    try:
+        listops.check_settings(dataset.max_depth, dataset.max_args, dataset.min_length, dataset.max_length)
+    except ValueError as error:
+        raise ConfigError(f"config.dataset: {error}") from None
+    _choice("model.pooling", model.pooling, pooling.POOLINGS)
+    _check_int(config, "model.pooling_hops", 1)
+    if not 0 <= model.pooling_penalty < float("inf"):
+        raise ConfigError(f"config.model.pooling_penalty={model.pooling_penalty!r} must be a finite number >= 0")
+
+
 def check_devices(config) -> None:
     """The device and precision fields, checked before jax.distributed.initialize(), which must precede
     any JAX computation (the rest of validate() runs some)."""
@@ -252,6 +271,8 @@ def validate(config) -> None:
         _check_decoding(config)
     elif config.task == "recall":
         _check_recall_data(config)
+    elif config.task == "listops":
+        _check_listops(config)
     else:
         _check_mlm_data(config)
     mode = os.environ.get("WANDB_MODE") or config.wandb.mode

@@ -1,0 +1,115 @@
+"""Encoder Transformer with a pooling head on ListOps (nested MIN / MAX / MED / SM expressions over digits,
+10 classes), generated locally with fixed seeds (data/listops.py).
+
+Presets in the argument, comma separated:
+  attention=<kind>   the encoder's self-attention kind (see `attention.names()`)
+  pooling=<head>     cls, mean, feed_forward or structured (models/pooling.py)
+  quick              the study's budget on a 2-core CPU (scripts/compare.py --task=listops --preset=quick)
+  full               Long Range Arena's lengths and sizes (500-2,000 tokens, depth 10, 96,000 examples),
+                     for an accelerator
+  tiny               a seconds-long run for tests and smoke checks
+e.g. `--config=configs/listops.py:attention=performer,pooling=mean`.
+"""
+import ml_collections
+
+from configs import common, presets
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    config = ml_collections.ConfigDict()
+    config.task = "listops"
+    config.seed = 0  # parameters, dropout and data order (the examples: dataset.seed)
+    config.num_train_steps = 3_000
+    config.log_every_steps = 100  # train metrics and the progress line
+    config.eval_every_steps = 500  # accuracy on the validation split
+    config.checkpoint_every_steps = 500
+    config.per_device_batch_size = 32
+    config.learning_rate = 1e-3  # peak, after linear warmup; cosine decay to 0 at the last step
+    config.warmup_steps = 200
+    config.weight_decay = 0.01  # AdamW
+    config.grad_clip_norm = 1.0  # global norm; 0: no clipping
+    # A step with a non-finite loss or gradient never updates the parameters; then "stop" ends the run
+    # with an error naming the step, "skip" trains on and counts such steps (`skipped_steps` in metrics).
+    config.nonfinite = "stop"
+    config.label_smoothing = 0.0
+
+    config.model = ml_collections.ConfigDict()
+    config.model.num_layers = 2  # the lab's size of LRA's re-run (2 layers, d 64, 2 heads)
+    config.model.d_model = 64
+    config.model.num_heads = 2
+    config.model.mlp_dim = 128  # the blocks' and the classifier's hidden width, and the pooling scores'
+    config.model.dropout_rate = 0.0
+    config.model.positions = "sinusoidal"  # or "learned"
+    config.model.qk_head_dim = 0  # width of each head's queries and keys; 0: d_model / num_heads
+    config.model.conv_kernel = 0  # a causal depthwise convolution before each self-attention; 0: none
+    config.model.pooling = "cls"  # cls, mean, feed_forward or structured (models/pooling.py)
+    config.model.pooling_hops = 4  # structured: the r rows of A
+    config.model.pooling_penalty = 1.0  # structured: weight of ||A A^T - I||_F^2 in the loss (Lin et al.'s)
+
+    config.attention = common.attention_config()
+
+    config.dataset = ml_collections.ConfigDict()
+    config.dataset.name = "listops"  # generated (data/listops.py), cached under data_dir
+    config.dataset.max_depth = 6  # levels of the tree, digits included (LRA's count): operators nest 5 deep
+    config.dataset.max_args = 10  # arguments per operator, at most (LRA's)
+    config.dataset.min_length = 32  # tokens per expression
+    config.dataset.max_length = 128  # the model reads a [CLS] token and at most this many
+    config.dataset.train_size = 20_000
+    config.dataset.validation_size = 1_000  # periodic evaluation and model choices
+    config.dataset.test_size = 2_000  # eval.json (LRA's size)
+    config.dataset.seed = 0  # the examples of every split: the same for every run and config.seed
+    config.dataset.split = "test"  # the split eval.json reports: test or validation
+    config.dataset.data_dir = "datasets"  # where the generated splits are cached
+
+    config.eval = ml_collections.ConfigDict()
+    config.eval.batch_size = 256
+    config.eval.rank_examples = 16  # test sequences whose attention matrices are analysed
+    config.eval.plots = True
+
+    common.add_device_fields(config)
+    config.wandb = common.wandb_config()
+    common.add_resume_field(config)
+
+    presets.apply(config, arg, {"attention": common.set_attention, "pooling": _set_pooling, "quick": _set_quick,
+                                "full": _set_full, "tiny": _set_tiny})
+    return config
+
+
+def _set_pooling(config, pooling):
+    config.model.pooling = pooling
+
+
+def _set_quick(config, _):
+    config.num_train_steps = 1_500
+    config.eval_every_steps = 500
+    config.checkpoint_every_steps = 1_500
+    config.eval.plots = False
+
+
+def _set_full(config, _):
+    # Long Range Arena's ListOps: 96,000 / 2,000 / 2,000 examples of 500-2,000 tokens, depth 10, 10 arguments.
+    config.dataset.max_depth = 10
+    config.dataset.max_args = 10
+    config.dataset.min_length = 500
+    config.dataset.max_length = 2_000
+    config.dataset.train_size = 96_000
+    config.dataset.validation_size = 2_000
+    config.num_train_steps = 5_000
+    config.eval_every_steps = 1_000
+    config.checkpoint_every_steps = 1_000
+    config.eval.batch_size = 64
+    config.eval.plots = False
+
+
+def _set_tiny(config, _):
+    common.set_tiny_schedule(config)
+    config.per_device_batch_size = 16
+    config.model.d_model = 32
+    config.model.mlp_dim = 64
+    config.dataset.max_depth = 3
+    config.dataset.max_args = 3
+    config.dataset.min_length = 4
+    config.dataset.max_length = 24
+    config.dataset.train_size = 320
+    config.dataset.validation_size = 32
+    config.dataset.test_size = 48

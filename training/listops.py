@@ -1,0 +1,87 @@
+"""The ListOps task (see training/tasks.py): expressions generated with fixed seeds (data/listops.py), an
+encoder with a pooling head (models/classifier.py), accuracy over the 10 values, and attention ranks."""
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from data import listops, pipeline
+from models import SequenceClassifier
+from training import evaluate, validate
+from training.losses import token_cross_entropy
+
+PROGRESS_METRIC = "accuracy"
+
+
+@dataclasses.dataclass
+class ListOpsData:
+    train: dict  # data.listops.arrays: inputs int32 [N, 1 + max_length] ([CLS] first), targets and weights [N, 1]
+    validation: dict
+    test: dict
+
+
+def prepare_data(config, workdir: str) -> ListOpsData:
+    del workdir  # generated from the config alone, cached with the data
+    return ListOpsData(*(listops.cached_arrays(config.dataset, split) for split in listops.SPLITS))
+
+
+def create_model(config, data: ListOpsData) -> SequenceClassifier:
+    del data
+    model = config.model
+    params_key, dropout_key = jax.random.split(jax.random.key(config.seed))
+    return SequenceClassifier(listops.VOCAB_SIZE, listops.NUM_CLASSES,
+                              validate.transformer_spec(config, config.dataset.max_length + 1),
+                              pooling_name=model.pooling, pooling_hops=model.pooling_hops,
+                              pooling_penalty=model.pooling_penalty,
+                              rngs=nnx.Rngs(params=params_key, dropout=dropout_key), pad_id=listops.PAD)
+
+
+def train_batch(config, data: ListOpsData, batch_size: int, step: int) -> dict:
+    return pipeline.batch_at_step(data.train, batch_size, config.seed, step)
+
+
+def metric_sums(model, batch, label_smoothing: float = 0.0):
+    """(mean loss over the sequences, pooling penalty included; sums over them)."""
+    logits, penalty = model(batch["inputs"])
+    weights = batch["weights"][:, 0]
+    losses, hits = token_cross_entropy(logits, batch["targets"][:, 0], weights, label_smoothing)
+    sums = {"loss": losses.sum(), "penalty": (penalty * weights).sum(), "predictions": weights.sum(),
+            "correct": (hits * weights).sum(),
+            "input_tokens": (batch["inputs"] != listops.PAD).sum(dtype=jnp.float32)}
+    return (sums["loss"] + sums["penalty"]) / jnp.maximum(sums["predictions"], 1.0), sums
+
+
+def summarize(sums: dict) -> dict:
+    """Accuracy, the cross-entropy and the pooling penalty (0 but for structured pooling), per sequence."""
+    count = max(float(sums["predictions"]), 1.0)
+    return {"accuracy": float(sums["correct"]) / count, "loss": float(sums["loss"]) / count,
+            "penalty": float(sums["penalty"]) / count}
+
+
+def attention_analysis(config, workdir: str, model, data: ListOpsData) -> list:
+    inputs = data.test["inputs"]
+    rows = evaluate.rank_sample(len(inputs), config.eval.rank_examples)
+    batch = {"inputs": inputs[rows]}
+    weights = evaluate.attention_weights(model, lambda m, b: m(b["inputs"]), batch)
+    lengths = {"encoder_self": (batch["inputs"] != listops.PAD).sum(1)}
+    tokens = {"encoder_self": listops.decode(batch["inputs"][0])}
+    return evaluate.attention_analysis(config, workdir, model, weights, lengths, lengths, tokens, tokens)
+
+
+def evaluate_model(config, workdir: str, model, data: ListOpsData, step: int) -> dict:
+    """Accuracy on the whole `dataset.split` split, attention ranks of test examples and state sizes ->
+    eval.json."""
+    dataset = config.dataset
+    totals = evaluate.model_metric_totals(model, metric_sums, getattr(data, dataset.split), config.eval.batch_size)
+    return evaluate.write_eval_json(config, workdir, {
+        "step": int(step),
+        "task": "listops",
+        "split": dataset.split,
+        "num_examples": int(len(getattr(data, dataset.split)["inputs"])),
+        "attention": validate.role_kinds(config),
+        "pooling": config.model.pooling,
+        "metrics": summarize(totals),
+        "rank": attention_analysis(config, workdir, model, data),
+        "state": evaluate.attention_state(model, {"encoder_self": dataset.max_length + 1}),
+    })
