@@ -111,6 +111,16 @@ def attention_analysis(config, workdir, model, weights, query_len, key_len, toke
     return summary
 
 
+def encoder_analysis(config, workdir, model, inputs, pad_id: int, tokens_of) -> list:
+    """attention_analysis of the encoder self-attention over a fixed sample of `inputs` [N, L] (padded
+    with pad_id); tokens_of(ids) names the tokens of the first example's unpadded ids for the heat maps."""
+    batch = {"inputs": inputs[rank_sample(len(inputs), config.eval.rank_examples)]}
+    weights = attention_weights(model, lambda m, b: m(b["inputs"]), batch)
+    lengths = {"encoder_self": (batch["inputs"] != pad_id).sum(1)}
+    tokens = {"encoder_self": tokens_of(batch["inputs"][0, : lengths["encoder_self"][0]])}
+    return attention_analysis(config, workdir, model, weights, lengths, lengths, tokens, tokens)
+
+
 def write_eval_json(config, workdir: str, result: dict) -> dict:
     """eval.json: the task's `result`, the config it was computed with, and the devices and versions
     that computed it."""

@@ -59,16 +59,6 @@ def summarize(sums: dict) -> dict:
             "penalty": float(sums["penalty"]) / count}
 
 
-def attention_analysis(config, workdir: str, model, data: ListOpsData) -> list:
-    inputs = data.test["inputs"]
-    rows = evaluate.rank_sample(len(inputs), config.eval.rank_examples)
-    batch = {"inputs": inputs[rows]}
-    weights = evaluate.attention_weights(model, lambda m, b: m(b["inputs"]), batch)
-    lengths = {"encoder_self": (batch["inputs"] != listops.PAD).sum(1)}
-    tokens = {"encoder_self": listops.decode(batch["inputs"][0])}
-    return evaluate.attention_analysis(config, workdir, model, weights, lengths, lengths, tokens, tokens)
-
-
 def evaluate_model(config, workdir: str, model, data: ListOpsData, step: int) -> dict:
     """Accuracy on the whole `dataset.split` split, attention ranks of test examples and state sizes ->
     eval.json."""
@@ -82,6 +72,7 @@ def evaluate_model(config, workdir: str, model, data: ListOpsData, step: int) ->
         "attention": validate.role_kinds(config),
         "pooling": config.model.pooling,
         "metrics": summarize(totals),
-        "rank": attention_analysis(config, workdir, model, data),
+        "rank": evaluate.encoder_analysis(config, workdir, model, data.test["inputs"], listops.PAD,
+                                          listops.decode),
         "state": evaluate.attention_state(model, {"encoder_self": dataset.max_length + 1}),
     })

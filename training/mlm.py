@@ -122,17 +122,6 @@ def summarize(sums: dict) -> dict:
             "perplexity": math.exp(min(loss, 700.0))}  # exp overflows a float beyond ~709
 
 
-def attention_analysis(config, workdir: str, model, data: MlmData) -> list:
-    inputs = data.test["inputs"]
-    rows = evaluate.rank_sample(len(inputs), config.eval.rank_examples)
-    batch = {"inputs": inputs[rows]}
-    weights = evaluate.attention_weights(model, lambda m, b: m(b["inputs"]), batch)
-    lengths = {"encoder_self": (batch["inputs"] != tokenizer.PAD).sum(1)}
-    pieces = [data.tokenizer.piece(int(i)) for i in batch["inputs"][0, : lengths["encoder_self"][0]]]
-    tokens = {"encoder_self": pieces}
-    return evaluate.attention_analysis(config, workdir, model, weights, lengths, lengths, tokens, tokens)
-
-
 def evaluate_model(config, workdir: str, model, data: MlmData, step: int) -> dict:
     """Masked-token metrics on the whole test split (fixed masking) and attention ranks -> eval.json."""
     totals = evaluate.model_metric_totals(model, metric_sums, data.test, config.eval.batch_size)
@@ -144,6 +133,7 @@ def evaluate_model(config, workdir: str, model, data: MlmData, step: int) -> dic
         "vocab_size": data.tokenizer.vocab_size,
         "attention": validate.role_kinds(config),
         "metrics": summarize(totals),
-        "rank": attention_analysis(config, workdir, model, data),
+        "rank": evaluate.encoder_analysis(config, workdir, model, data.test["inputs"], tokenizer.PAD,
+                                          lambda ids: [data.tokenizer.piece(int(i)) for i in ids]),
         "state": evaluate.attention_state(model, {"encoder_self": config.dataset.seq_len}),
     })
