@@ -76,6 +76,11 @@ def changes_named(config) -> tuple[str, ...]:
     return tuple(name.strip() for name in config.resume_with_changes.split(",") if name.strip())
 
 
+def _fixed(changed: dict) -> dict:
+    """The changed fields that change what is trained: none of CHANGEABLE."""
+    return {field: values for field, values in changed.items() if not is_under(field, CHANGEABLE)}
+
+
 def _listed(changed: dict) -> str:
     return ", ".join(f"{field} {old!r} -> {new!r}" for field, (old, new) in changed.items())
 
@@ -104,8 +109,7 @@ def check_restart(config, workdir: str) -> None:
     if not refused:
         return
     where = os.path.join(workdir, CONFIG_FILE)
-    fixed = {field: values for field, values in refused.items() if not is_under(field, CHANGEABLE)}
-    if fixed:
+    if fixed := _fixed(refused):
         raise WorkdirError(f"{where}: this workdir trained another config ({_listed(fixed)}); train this "
                            f"one in a new --workdir")
     flag = ",".join([*named, *refused])
@@ -133,24 +137,20 @@ def check_eval_config(config, workdir: str) -> None:
     _require_directory(workdir)
     if (stored := stored_config(workdir)) is None:  # a workdir from before config.json was written
         return
-    fixed = {field: values for field, values in differences(stored, config).items()
-             if not is_under(field, CHANGEABLE)}
-    if fixed:
+    if fixed := _fixed(differences(stored, config)):
         raise WorkdirError(f"{os.path.join(workdir, CONFIG_FILE)}: this workdir trained another config "
                            f"({_listed(fixed)}); leave out --config to evaluate it as it was trained")
 
 
 def from_record(record: dict, where: str):
-    """The ConfigDict of a config.json: its task's default config with the record's values; a field the
-    record lacks (written before the field existed) keeps its default."""
+    """The ConfigDict of a config.json without its runtime: its task's default config with the record's
+    values; a field the record lacks (written before the field existed) keeps its default."""
     task = record.get("task")
     try:
         config = importlib.import_module(f"configs.{task}").get_config()
     except ModuleNotFoundError:
         raise WorkdirError(f"{where}: task={task!r} is not a task of this lab") from None
     for field, value in flatten(record).items():
-        if is_under(field, ("runtime",)):
-            continue
         try:
             config.update_from_flattened_dict({field: value})
         except (KeyError, AttributeError, TypeError) as error:
