@@ -227,11 +227,7 @@ def _span(result: dict, statistic: str) -> str:
     return f"[{min(values):.3g}, {max(values):.3g}]"
 
 
-def markdown(result: dict, scan: dict, scan_path: str, command: str) -> str:
-    settings = result["settings"]
-    rows = result["rows"]
-    first, last = rows[0], rows[-1]
-    ratio = [row["dot_variance"] / row["dim"] for row in rows]
+def _method(settings: dict, command: str) -> str:
     return f"""# Why attention scales q.k by 1 / sqrt(d)
 
 Produced by
@@ -254,12 +250,14 @@ Means and medians over rows: as d grows, unscaled rows are near one-hot, but the
 the mean up far longer than the median. "d/dq" is the full gradient norm with respect to the query, \
 |d softmax(s K q) / d q|_F with s = 1 or 1 / sqrt(d): it adds the keys' length, about sqrt(d), which the \
 scale cancels.
+"""
 
-## Results
 
-{table(result)}
-
-- Variance: Var[q.k] / d ranges over [{min(ratio):.3f}, {max(ratio):.3f}] across d (theory 1).
+def _findings(result: dict) -> str:
+    rows = result["rows"]
+    first, last = rows[0], rows[-1]
+    ratio = [row["dot_variance"] / row["dim"] for row in rows]
+    return f"""- Variance: Var[q.k] / d ranges over [{min(ratio):.3f}, {max(ratio):.3f}] across d (theory 1).
 - Entropy (maximum log L = {result['max_entropy']:.3f}): unscaled it falls from \
 {first['unscaled']['entropy']:.3f} at d = {first['dim']} to {last['unscaled']['entropy']:.3f} at \
 d = {last['dim']}: rows collapse towards one-hot. Scaled it stays between \
@@ -273,7 +271,16 @@ they turn one-hot. Scaled, the mean stays in {_span(result, 'jacobian_mean')}.
 {_course(result, 'query_gradient_mean')}: the sqrt(d)-long keys amplify the few near-tied rows. Unscaled \
 attention does not silence every gradient; it makes them erratic, most rows passing almost none and a few \
 passing much. Scaled, the mean stays in {_span(result, 'query_gradient_mean')}.
+"""
 
+
+def markdown(result: dict, scan: dict, scan_path: str, command: str) -> str:
+    return f"""{_method(result["settings"], command)}
+## Results
+
+{table(result)}
+
+{_findings(result)}
 ## On SCAN
 
 {scan_paragraph(result, scan, scan_path)}
