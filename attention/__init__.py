@@ -12,7 +12,7 @@ without it, naming it):
     init_cache(batch, max_len, num_heads, key_dim, value_dim, dtype) -> cache   # causal self-attention
     decode_step(q, k, v, cache, index, max_len, key_valid [B]) -> (out [B, 1, H, Dv], cache)
     init_memory(k, v, key_mask [B, Lk], max_len) -> memory                # cross-attention, once per source
-    attend_memory(q, memory, key_mask, index, max_len) -> out [B, 1, H, Dv]
+    attend_memory(q, memory, key_mask, index, max_len) -> (out [B, 1, H, Dv], memory)
 
 `index` is the query's position in a decoder of `max_len` positions (traced; max_len is static): a step
 equals row `index` of the full computation over a `max_len` buffer, padding keys (key_valid False)
@@ -21,7 +21,7 @@ step is O(max_len)); kernelised ones hold S = sum phi(k) [v, 1]^T [B, H, m, Dv +
 the position). Every array of a cache or memory leads with the batch axis, so beams can be reordered
 by gathering along it.
 """
-from attention import hard, linear, local, scored, softmax  # noqa: F401  (registration side effect)
+from attention import forced_forward, hard, linear, local, scored, softmax  # noqa: F401  (registration side effect)
 from attention.multi_head import MultiHeadAttention
 from attention.registry import all_options, create, names, options, register, select_options
 

@@ -233,4 +233,5 @@ class KernelizedAttention(nnx.Module):
                 "stabiliser": jnp.broadcast_to(jnp.asarray(stabiliser, jnp.float32), (batch, 1, heads, 1))}
 
     def attend_memory(self, q, memory, key_mask, index, max_len: int):
-        return self._attend(q, index, max(max_len, key_mask.shape[1]), memory["state"], memory["stabiliser"])
+        out = self._attend(q, index, max(max_len, key_mask.shape[1]), memory["state"], memory["stabiliser"])
+        return out, memory

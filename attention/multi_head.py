@@ -80,6 +80,8 @@ class MultiHeadAttention(nnx.Module):
         return self._decoding_kind().init_memory(k, v, key_mask, max_len)
 
     def attend_memory(self, inputs_q, memory, key_mask, index, max_len: int):
-        """Cross-attention of the query at position `index` of a `max_len`-position decoder."""
+        """Cross-attention of the query at position `index` of a `max_len`-position decoder -> (output,
+        memory), the memory updated where the kind's weights depend on the earlier steps."""
         q = self._heads(self.query(inputs_q))
-        return self._merge(self._decoding_kind().attend_memory(q, memory, key_mask, index, max_len))
+        out, memory = self._decoding_kind().attend_memory(q, memory, key_mask, index, max_len)
+        return self._merge(out), memory

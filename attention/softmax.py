@@ -89,13 +89,14 @@ class ScoreAttention(nnx.Module):
         positions <= index: (out [B, 1, H, D], cache). Every key of the buffer is scored (fixed shapes),
         so a step costs O(max_len)."""
         cache = {
+            **cache,
             "key": jax.lax.dynamic_update_slice_in_dim(cache["key"], k.astype(cache["key"].dtype), index, 1),
             "value": jax.lax.dynamic_update_slice_in_dim(cache["value"], v.astype(cache["value"].dtype),
                                                          index, 1),
             "valid": jax.lax.dynamic_update_index_in_dim(cache["valid"], key_valid, index, 1),
         }
         seen = cache["valid"] & (jnp.arange(max_len) <= index)
-        return self.attend_memory(q, cache, seen, index, max_len), cache
+        return self.attend_memory(q, cache, seen, index, max_len)
 
     def init_memory(self, k, v, key_mask, max_len: int):
         """What a query of a `max_len`-row decoder needs of keys and values it attends to in full
@@ -104,9 +105,10 @@ class ScoreAttention(nnx.Module):
 
     def attend_memory(self, q, memory, key_mask, index, max_len: int):
         """q [B, 1, H, D], row `index` of a `max_len`-row query, over the memory's keys where
-        key_mask [B, Lk] is True -> [B, 1, H, Dv]."""
+        key_mask [B, Lk] is True -> ([B, 1, H, Dv], memory): the memory is unchanged here, but a kind whose
+        weights depend on the earlier rows (forced_forward) carries them in it."""
         weights = self.weights(q, memory["key"], key_mask[:, None, None, :], rows=(jnp.atleast_1d(index), max_len))
-        return self._weighted_values(weights, memory["value"])
+        return self._weighted_values(weights, memory["value"]), memory
 
 
 def _zero_rows_without_keys(out, allowed):

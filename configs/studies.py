@@ -97,14 +97,30 @@ def _translation_kinds() -> Study:
     return Study("configs/translation.py", {"num_train_steps": 1_000}, runs, seeds=1)
 
 
+_RNN_LUONG = {"model.name": "rnn", "model.num_heads": 1, "attention.name": "multiplicative"}
+
+
 def _translation_splits() -> Study:
     """The Transformer and the RNN (Luong's multiplicative attention) on each SCAN split, the default
     config otherwise, trained on the whole released training files to compare with published numbers."""
-    models = {"transformer": {}, "rnn": {"model.name": "rnn", "model.num_heads": 1,
-                                         "attention.name": "multiplicative"}}
+    models = {"transformer": {}, "rnn": _RNN_LUONG}
     runs = [Run(f"{model}_{split}", {**overrides, "dataset.split": split})
             for split in scan_grammar.SPLITS for model, overrides in models.items()]
     return Study("configs/translation.py:full_train", {}, runs, seeds=3)
+
+
+def _translation_forms() -> Study:
+    """Dynamic attention (the splits study's models) against static attention, one context for every step,
+    and forced-forward (intra-temporal) attention, in the RNN and in the Transformer's cross-attention, on
+    the simple and length splits; the same config as the splits study otherwise."""
+    forms = {"rnn_dynamic": _RNN_LUONG,
+             "rnn_static": {**_RNN_LUONG, "model.static_attention": True},
+             "rnn_forced_forward": {**_RNN_LUONG, "attention.name": "forced_forward"},
+             "transformer_dynamic": {},
+             "transformer_forced_forward": {"attention.cross": "forced_forward"}}
+    runs = [Run(f"{form}_{split}", {**overrides, "dataset.split": split})
+            for split in ("simple", "length") for form, overrides in forms.items()]
+    return Study("configs/translation.py:full_train", {}, runs, seeds=2)
 
 
 def _listops_runs(local_window: int) -> list[Run]:
@@ -202,7 +218,7 @@ def _recall_full() -> Study:
 _STUDIES = {
     "mlm": {"quick": _mlm_quick, "full": _mlm_full, "long": _mlm_long},
     "translation": {"quick": _translation_quick, "full": _translation_full, "default": _translation_default,
-                    "kinds": _translation_kinds, "splits": _translation_splits},
+                    "kinds": _translation_kinds, "splits": _translation_splits, "forms": _translation_forms},
     "listops": {"quick": _listops_quick, "full": _listops_full},
     "recall": {"quick": _recall_quick, "bidirectional": _recall_bidirectional, "kinds": _recall_kinds,
                "anchors": _recall_anchors, "full": _recall_full},

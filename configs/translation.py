@@ -45,6 +45,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.model.tied_embeddings = True  # output projection = target embedding^T
     config.model.cell = "lstm"  # rnn: lstm or gru (d_model is the hidden size; mlp_dim, positions unused)
     config.model.bidirectional = True  # rnn: a bidirectional encoder
+    # rnn: static attention, one query (the encoder's final state), so one context for every decoder step
+    config.model.static_attention = False
+    # rnn: "key_value" or "key_value_predict" attention of the decoder over its own last memory_window
+    # states, each state split in key, value (and predict) parts (Daniluk et al. 2017); "none"
+    config.model.decoder_memory = "none"
+    config.model.memory_window = 5  # rnn: decoder states the decoder memory attends to
 
     config.attention = common.attention_config()
 

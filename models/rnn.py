@@ -17,9 +17,12 @@ from flax import nnx
 
 from attention import MultiHeadAttention
 from models.decoding import DecodeState
+from models.key_value_memory import KeyValueMemory
 
 NO_ATTENTION = "none"
 CELLS = ("lstm", "gru")
+NO_MEMORY = "none"
+DECODER_MEMORIES = (NO_MEMORY, "key_value", "key_value_predict")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +36,12 @@ class RecurrentSpec:
     attention: str = "multiplicative"  # a registered kind, or "none"
     attention_options: dict = dataclasses.field(default_factory=dict)
     tied_embeddings: bool = True
+    # Static attention: one query, the encoder's final state, and so one context for every decoder step.
+    static_attention: bool = False
+    # The decoder's attention over its own last `memory_window` states (models/key_value_memory.py):
+    # "none", "key_value" or "key_value_predict".
+    decoder_memory: str = "none"
+    memory_window: int = 5
 
 
 class LSTMCell(nnx.Module):
@@ -72,6 +81,30 @@ class GRUCell(nnx.Module):
         h_r, h_z, h_n = jnp.split(self.recurrent(h), 3, axis=-1)
         r, z = jax.nn.sigmoid(x_r + h_r), jax.nn.sigmoid(x_z + h_z)
         return ((1 - z) * jnp.tanh(x_n + r * h_n) + z * h,)
+
+
+def _check_static(spec: RecurrentSpec) -> bool:
+    # forced_forward's weights change from step to step by construction, whatever the query.
+    if spec.static_attention and spec.attention in (NO_ATTENTION, "forced_forward"):
+        raise ValueError(f"model.static_attention=True shares one attention context between the decoder steps; "
+                         f"attention {spec.attention!r} cannot: use a kind other than none and forced_forward")
+    return spec.static_attention
+
+
+def _memory(spec: RecurrentSpec, rngs: nnx.Rngs) -> KeyValueMemory | None:
+    if spec.decoder_memory not in DECODER_MEMORIES:
+        raise ValueError(f"model.decoder_memory={spec.decoder_memory!r}; choose one of: {', '.join(DECODER_MEMORIES)}")
+    if spec.decoder_memory == NO_MEMORY:
+        return None
+    return KeyValueMemory(spec.hidden_dim, spec.memory_window, predict=spec.decoder_memory == "key_value_predict",
+                          rngs=rngs)
+
+
+def _static_query(initial_states, length: int):
+    """The encoder's summary, the top layer's final state (both directions bridged): one query [B, length, H]
+    repeated for every decoder step, so the attention matrix has identical rows."""
+    summary = initial_states[-1][0]
+    return jnp.broadcast_to(summary[:, None], (summary.shape[0], length, summary.shape[1]))
 
 
 def _cell(spec: RecurrentSpec, in_features: int, rngs: nnx.Rngs):
@@ -151,6 +184,8 @@ class RecurrentEncoderDecoder(nnx.Module):
         self.attention = None if spec.attention == NO_ATTENTION else MultiHeadAttention(
             spec.attention, d_model=hidden, num_heads=spec.num_heads, rngs=rngs,
             kind_options=spec.attention_options)
+        self.static_attention = _check_static(spec)
+        self.memory = _memory(spec, rngs)
         # Luong's attentional state tanh(W_c [context; h]).
         self.combine = None if self.attention is None else nnx.Linear(2 * hidden, hidden, rngs=rngs)
         self.logits = None if spec.tied_embeddings else nnx.Linear(hidden, target_vocab_size, rngs=rngs)
@@ -164,34 +199,50 @@ class RecurrentEncoderDecoder(nnx.Module):
         valid = decoder_input != self.pad_id
         for cell, initial in zip(self.decoder_cells, initial_states):
             x, _ = recur(cell, x, valid, initial)
-        source_mask = (source != self.pad_id)[:, None, None, :]
-        return self._logits(x, lambda h: self.attention(h, states, source_mask))
+        if self.memory is not None:
+            x = self.memory(x, valid)
+        if self.attention is None:
+            return self._logits(x, None)
+        queries = _static_query(initial_states, x.shape[1]) if self.static_attention else x
+        return self._logits(x, self.attention(queries, states, (source != self.pad_id)[:, None, None, :]))
 
-    def _logits(self, x, attend):
-        """Logits of the top decoder states x [B, Lt, H]; `attend(x)` is their attention context."""
-        if self.attention is not None:
-            x = jnp.tanh(self.combine(jnp.concatenate([attend(x), x], axis=-1)))
+    def _logits(self, x, context):
+        """Logits of the top decoder states x [B, Lt, H] and their attention context (None: no attention)."""
+        if context is not None:
+            x = jnp.tanh(self.combine(jnp.concatenate([context, x], axis=-1)))
         x = self.dropout(x)
         return self.target_embed.attend(x) if self.logits is None else self.logits(x)
 
     def init_decode_state(self, encoded, source, max_len: int) -> DecodeState:
+        """The cells' carry, the decoder memory's window, and the source projected once for attention (with
+        static attention its one context instead)."""
         states, initial_states = encoded
         key_mask = source != self.pad_id
-        memory = None if self.attention is None else self.attention.init_memory(states, key_mask, max_len)
-        return DecodeState({"cells": initial_states, "memory": memory, "key_mask": key_mask}, max_len)
+        carry = {"cells": initial_states, "key_mask": key_mask}
+        if self.memory is not None:
+            carry["decoder_memory"] = self.memory.init_state(source.shape[0], states.dtype)
+        if self.static_attention:
+            carry["context"] = self.attention(_static_query(initial_states, 1), states, key_mask[:, None, None, :])
+        elif self.attention is not None:
+            carry["memory"] = self.attention.init_memory(states, key_mask, max_len)
+        return DecodeState(carry, max_len)
 
     def decode_step(self, token, index, state: DecodeState):
         """token [B] at position `index` -> (logits [B, V], state), as row `index` of decode()."""
-        carry, valid = state.carry, token != self.pad_id
+        carry, valid = dict(state.carry), token != self.pad_id
         x = self.dropout(self.target_embed(token))
         cells = []
         for cell, cell_state in zip(self.decoder_cells, carry["cells"]):
             cell_state, x = cell_step(cell, cell_state, x, valid)
             cells.append(cell_state)
-        attend = lambda h: self.attention.attend_memory(h, carry["memory"], carry["key_mask"], index,
-                                                       state.max_len)
-        logits = self._logits(x[:, None], attend)[:, 0]
-        return logits, state.replace(carry={**carry, "cells": tuple(cells)})
+        carry["cells"] = tuple(cells)
+        if self.memory is not None:
+            x, carry["decoder_memory"] = self.memory.step(carry["decoder_memory"], x, valid, index)
+        x, context = x[:, None], carry.get("context")
+        if "memory" in carry:
+            context, carry["memory"] = self.attention.attend_memory(x, carry["memory"], carry["key_mask"], index,
+                                                                    state.max_len)
+        return self._logits(x, context)[:, 0], state.replace(carry=carry)
 
     def __call__(self, source, decoder_input):
         return self.decode(self.encode(source), source, decoder_input)

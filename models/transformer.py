@@ -192,9 +192,9 @@ class DecoderBlock(nnx.Module):
         """x [B, 1, d_model] at position `index` -> (output, state), as row `index` of __call__."""
         x, cache = self.self_branch.carrying(
             x, lambda h: self.self_attention.decode_step(h, state["self"], index, max_len, valid))
-        x = self.cross_branch(
+        x, memory = self.cross_branch.carrying(
             x, lambda h: self.cross_attention.attend_memory(h, state["cross"], key_mask, index, max_len))
-        return _apply_feed_forward(self, x), {**state, "self": cache}
+        return _apply_feed_forward(self, x), {"self": cache, "cross": memory}
 
 
 class Encoder(nnx.Module):

@@ -12,13 +12,15 @@ from flax import nnx
 import attention
 import attention.hard  # noqa: F401  (registration side effect)
 import attention.local  # noqa: F401
+import attention.forced_forward  # noqa: F401
 import attention.scored  # noqa: F401
 
 pytestmark = pytest.mark.accelerator  # make test-accelerator runs these on the GPU or TPU
 
 B, L, H, D = 2, 13, 3, 4
 WINDOW, TOP_K = 3, 2
-KINDS = ("dot", "scaled_dot", "multiplicative", "additive", "gaussian", "local", "local_predictive", "hard")
+KINDS = ("dot", "scaled_dot", "multiplicative", "additive", "gaussian", "local", "local_predictive", "hard",
+         "forced_forward")
 OPTIONS = {"hard": {"top_k": TOP_K}}
 SETTINGS = {"padding": (L, L, False), "causal": (L, L, True), "cross": (5, 9, False)}  # Lq, Lk, causal
 
@@ -137,6 +139,19 @@ def ref_hard(xp, q, k, allowed, params, top_k=TOP_K):
     soft = _softmax(xp, scores, allowed)
     hard = _softmax(xp, scores, xp.logical_and(allowed, rank < top_k))
     return hard if xp is np else soft + jax.lax.stop_gradient(hard - soft)
+
+
+def ref_forced_forward(xp, q, k, allowed, params):
+    """Paulus et al.'s intra-temporal attention as written, row by row: e'_ti = exp(e_ti) / sum exp(e_ji) over
+    the earlier rows j that were allowed key i (exp(e_ti) where none was), then normalised over i."""
+    exp = xp.exp(xp.einsum("bqhd,hde,bkhe->bhqk", q, params["bilinear"], k)) * allowed
+    rows = []
+    for t in range(q.shape[1]):
+        received = exp[:, :, :t].sum(2)
+        attended_before = allowed[:, :, :t].any(2)
+        row = exp[:, :, t] / xp.where(attended_before, received, 1.0)
+        rows.append(row / xp.maximum(row.sum(-1, keepdims=True), 1e-30))
+    return xp.stack(rows, axis=2)
 
 
 REFERENCES = {name: globals()[f"ref_{name}"] for name in KINDS}
@@ -343,3 +358,14 @@ def test_kinds_resolve_by_name_and_take_their_options():
     assert _create("local").window == 3 and default_hard.top_k == 1
     with pytest.raises(ValueError, match="window >= 1"):
         _create("local_predictive", window=0)
+
+
+def test_forced_forward_spreads_a_repeated_query_evenly_after_its_first_step():
+    """With the same query at every step, e'_ti = exp(e_i) / (t exp(e_i)) = 1 / t for t >= 1: whatever the first
+    step preferred, later steps are uniform over the allowed keys."""
+    q, k, _, key_valid = _inputs(seed=14, lq=5, lk=9)
+    q[:] = q[:, :1]
+    weights = np.asarray(_randomise_params(_create("forced_forward")).weights(*_f32(q, k), _mask(key_valid)))
+    uniform = key_valid / key_valid.sum(-1, keepdims=True)
+    np.testing.assert_allclose(weights[:, :, 1:], np.broadcast_to(uniform[:, None, None], (B, H, 4, 9)), atol=1e-6)
+    assert np.all(weights[:, :, 0].max(-1) > 2 * uniform.max(-1)[:, None])

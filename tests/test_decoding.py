@@ -60,12 +60,14 @@ def test_cached_steps_equal_the_full_rows(kind, qk_head_dim):
             out, cache = layer.decode_step(jax.lax.dynamic_slice_in_dim(x, t, 1, 1), cache, t, LENGTH, valid[:, t])
             return cache, out[:, 0]
 
-        memory = layer.init_memory(source, key_mask, LENGTH)
-        cross_step = lambda _, t: (None, layer.attend_memory(
-            jax.lax.dynamic_slice_in_dim(x, t, 1, 1), memory, key_mask, t, LENGTH)[:, 0])
+        def cross_step(memory, t):  # the memory changes from step to step only for forced_forward
+            out, memory = layer.attend_memory(jax.lax.dynamic_slice_in_dim(x, t, 1, 1), memory, key_mask, t, LENGTH)
+            return memory, out[:, 0]
+
         return {"self": (layer(x, x, valid[:, None, None, :], causal=True),
                          _steps(self_step, layer.init_cache(B, LENGTH), LENGTH)),
-                "cross": (layer(x, source, key_mask[:, None, None, :]), _steps(cross_step, None, LENGTH))}
+                "cross": (layer(x, source, key_mask[:, None, None, :]),
+                          _steps(cross_step, layer.init_memory(source, key_mask, LENGTH), LENGTH))}
 
     for role, (full, stepped) in run(x, valid, source, key_mask).items():
         np.testing.assert_allclose(stepped, full, atol=ATOL, rtol=1e-5, err_msg=role)
@@ -99,16 +101,25 @@ def _transformer(kind, seed=0, vocab=TARGET_VOCAB):
     return EncoderDecoder(SOURCE_VOCAB, vocab, spec, rngs=nnx.Rngs(seed))
 
 
-def _rnn(kind, cell):
-    spec = RecurrentSpec(num_layers=2, hidden_dim=16, cell=cell, attention=kind, tied_embeddings=False)
+def _rnn(kind, cell, hidden_dim=16, **forms):
+    spec = RecurrentSpec(num_layers=2, hidden_dim=hidden_dim, cell=cell, attention=kind, tied_embeddings=False,
+                         **forms)
     return RecurrentEncoderDecoder(SOURCE_VOCAB, TARGET_VOCAB, spec, rngs=nnx.Rngs(0))
 
 
 # Every kind's step is checked above; here the models' plumbing: the KV cache, the linear state, a kind
-# whose features depend on max_len (cosFormer), and the RNN's carry with a position-dependent kind.
+# whose features depend on max_len (cosFormer), a cross-attention memory that changes with each step
+# (forced_forward), and the RNN's carry with a position-dependent kind, with static attention's one context,
+# and with the decoder memory's window (shorter than the buffer, padding inside it).
 # Seeds chosen so that greedy outputs mix EOS mid-sequence, rows without EOS and generated PAD tokens.
 MODELS = {"softmax": lambda: _transformer("softmax", seed=8), "linear": lambda: _transformer("linear", seed=3),
-          "cosformer": lambda: _transformer("cosformer", seed=3), "rnn-gru-local": lambda: _rnn("local", "gru")}
+          "cosformer": lambda: _transformer("cosformer", seed=3),
+          "forced_forward": lambda: _transformer("forced_forward", seed=8),
+          "rnn-gru-local": lambda: _rnn("local", "gru"),
+          "rnn-static-key_value": lambda: _rnn("additive", "lstm", static_attention=True, decoder_memory="key_value",
+                                               memory_window=2),
+          "rnn-forced_forward-key_value_predict": lambda: _rnn("forced_forward", "gru", hidden_dim=18,
+                                                               decoder_memory="key_value_predict", memory_window=3)}
 
 
 @pytest.fixture(scope="module", params=sorted(MODELS))

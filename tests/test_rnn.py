@@ -75,10 +75,11 @@ def test_scanned_cell_equals_a_step_by_step_reference(cell_name, reverse):
         np.testing.assert_allclose(got, want, atol=1e-5)
 
 
-def _model(kind, cell="lstm", bidirectional=True, seed=0):
+def _model(kind, cell="lstm", bidirectional=True, seed=0, static_attention=False):
     options = {"local": {"window": WINDOW}, "local_predictive": {"window": WINDOW}, "hard": {"top_k": TOP_K}}
     spec = RecurrentSpec(num_layers=2, hidden_dim=HIDDEN, cell=cell, bidirectional=bidirectional,
-                         num_heads=2, attention=kind, attention_options=options.get(kind, {}))
+                         num_heads=2, attention=kind, attention_options=options.get(kind, {}),
+                         static_attention=static_attention)
     return RecurrentEncoderDecoder(VOCAB, VOCAB, spec, rngs=nnx.Rngs(seed))
 
 
@@ -89,9 +90,10 @@ def _tokens(seed=2):
     return source, target
 
 
-def _reference_logits(model, source, decoder_input, kind):
+def _reference_logits(model, source, decoder_input, kind, static_attention=False):
     """The decoder in numpy: encoder and decoder recurrences step by step, attention by the kind's dense
-    reference, Luong's combination, tied output embedding."""
+    reference (static: with the top encoder layer's final state as every step's query), Luong's
+    combination, tied output embedding."""
     step = lstm_step
     embed = lambda table, tokens: np.asarray(table.embedding[...], np.float64)[tokens]  # noqa: E731
     source_len, target_len = (source != 0).sum(1), (decoder_input != 0).sum(1)
@@ -113,7 +115,8 @@ def _reference_logits(model, source, decoder_input, kind):
         y, _ = reference_recur(cell, step, y, target_len, initial)
     attention = model.attention
     heads = lambda z: z.reshape(z.shape[:-1] + (attention.num_heads, -1))  # noqa: E731
-    q, k, v = heads(_linear(attention.query, y)), heads(_linear(attention.key, memory)), heads(
+    query = np.repeat(initial_states[-1][0][:, None], y.shape[1], 1) if static_attention else y
+    q, k, v = heads(_linear(attention.query, query)), heads(_linear(attention.key, memory)), heads(
         _linear(attention.value, memory))
     allowed = np.broadcast_to((source != 0)[:, None, None, :], (B, attention.num_heads, q.shape[1], k.shape[1]))
     params = {name: np.asarray(v[...], np.float64) for name, v in nnx.state(attention.attention, nnx.Param).items()}
@@ -123,14 +126,17 @@ def _reference_logits(model, source, decoder_input, kind):
     return combined @ np.asarray(model.target_embed.embedding[...], np.float64).T
 
 
-@pytest.mark.parametrize("kind", ["dot", "multiplicative", "additive", "local", "local_predictive", "hard"])
-def test_decoder_attention_matches_the_dense_reference(kind):
-    model = _model(kind)
+@pytest.mark.parametrize("kind, static_attention", [
+    *((kind, False) for kind in ("dot", "multiplicative", "additive", "local", "local_predictive", "hard",
+                                 "forced_forward")),
+    ("multiplicative", True), ("additive", True)])
+def test_decoder_attention_matches_the_dense_reference(kind, static_attention):
+    model = _model(kind, static_attention=static_attention)
     source, target = _tokens()
     decoder_input = np.concatenate([np.ones((B, 1), int), target[:, :-1]], 1)  # BOS-shifted
     decoder_input[target == 0] = 0
     got = jax.jit(lambda s, d: model(s, d))(jnp.asarray(source), jnp.asarray(decoder_input))
-    want = _reference_logits(model, source, decoder_input, kind)
+    want = _reference_logits(model, source, decoder_input, kind, static_attention)
     real = decoder_input != 0  # padded decoder positions are never scored
     np.testing.assert_allclose(np.asarray(got)[real], want[real], atol=2e-5, rtol=2e-5)
 
@@ -180,4 +186,24 @@ def test_rnn_configs_are_checked_before_anything_is_built(tiny_config):
     config = tiny_config()
     config.attention.name = "none"  # no attention is an RNN-only choice
     with pytest.raises(validate.ConfigError, match="config.attention.name='none' is not allowed"):
+        validate.validate(config)
+
+
+@pytest.mark.parametrize("arg, fields, message", [
+    ("tiny,rnn", {"static_attention": True, "d_model": 32}, None),
+    ("tiny,rnn,attention=forced_forward", {"static_attention": True}, "static_attention=True shares one context"),
+    ("tiny,rnn,attention=none", {"static_attention": True}, "choose a kind other than none and forced_forward"),
+    ("tiny", {"static_attention": True}, "applies to model.name='rnn' only"),
+    ("tiny", {"decoder_memory": "key_value"}, "applies to model.name='rnn' only"),
+    ("tiny,rnn", {"decoder_memory": "key_value_predict", "d_model": 32}, "must be divisible by 3"),
+    ("tiny,rnn", {"decoder_memory": "key_values"}, "decoder_memory='key_values' is not allowed"),
+    ("tiny,rnn", {"decoder_memory": "key_value", "memory_window": 0}, "memory_window=0 must be an integer >= 1"),
+])
+def test_attention_forms_are_checked_before_anything_is_built(tiny_config, arg, fields, message):
+    config = tiny_config(arg=arg)
+    config.model.update(fields)
+    if message is None:
+        validate.validate(config)
+        return
+    with pytest.raises(validate.ConfigError, match=message):
         validate.validate(config)

@@ -88,7 +88,9 @@ def create_model(config, data: TranslationData):
             num_layers=config.model.num_layers, hidden_dim=config.model.d_model, cell=config.model.cell,
             bidirectional=config.model.bidirectional, num_heads=config.model.num_heads,
             dropout_rate=config.model.dropout_rate, attention=kinds["cross"],
-            attention_options=options.get(kinds["cross"], {}), tied_embeddings=config.model.tied_embeddings)
+            attention_options=options.get(kinds["cross"], {}), tied_embeddings=config.model.tied_embeddings,
+            static_attention=config.model.static_attention, decoder_memory=config.model.decoder_memory,
+            memory_window=config.model.memory_window)
         return RecurrentEncoderDecoder(*vocab_sizes, spec, rngs=rngs, pad_id=Vocabulary.PAD)
     max_len = max(data.train["source"].shape[1], data.train["target"].shape[1])
     spec = validate.transformer_spec(config, max_len)

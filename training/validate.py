@@ -97,6 +97,26 @@ def role_kinds(config) -> dict[str, str]:
     return {role: config.attention[role] or config.attention.name for role in model_roles(config)}
 
 
+def _check_recurrent_attention(config) -> None:
+    """The RNN's attention forms (models/rnn.py); the Transformer leaves these fields alone."""
+    _choice("model.decoder_memory", config.model.decoder_memory, rnn.DECODER_MEMORIES)
+    _check_int(config, "model.memory_window", 1)
+    if not _is_rnn(config):
+        for field, default in (("static_attention", False), ("decoder_memory", rnn.NO_MEMORY)):
+            if config.model[field] != default:
+                raise ConfigError(f"config.model.{field}={config.model[field]!r} applies to model.name='rnn' only")
+        return
+    if config.model.decoder_memory != rnn.NO_MEMORY:
+        parts = 3 if config.model.decoder_memory == "key_value_predict" else 2
+        if config.model.d_model % parts:
+            raise ConfigError(f"config.model.decoder_memory={config.model.decoder_memory!r} splits each state in "
+                              f"{parts}: config.model.d_model={config.model.d_model} must be divisible by {parts}")
+    kind = role_kinds(config)["cross"]
+    if config.model.static_attention and kind in (rnn.NO_ATTENTION, "forced_forward"):
+        raise ConfigError(f"config.model.static_attention=True shares one context between the decoder steps; "
+                          f"config.attention.name={kind!r} cannot: choose a kind other than none and forced_forward")
+
+
 def _is_rnn(config) -> bool:
     return config.task == "translation" and config.model.name == "rnn"
 
@@ -240,6 +260,7 @@ def validate(config) -> None:
     if config.task == "translation":
         _choice("model.name", config.model.name, MODELS)
         _choice("model.cell", config.model.cell, rnn.CELLS)
+        _check_recurrent_attention(config)
     for field in POSITIVE_INTS:
         _check_int(config, field, 1)
     for field in NON_NEGATIVE_INTS:
