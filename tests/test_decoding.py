@@ -12,7 +12,8 @@ from flax import nnx
 import attention
 from attention import MultiHeadAttention
 from models import EncoderDecoder, TransformerSpec
-from models.decoding import BOS, EOS, PAD, beam_search, greedy_decode
+from data.vocab import Vocabulary
+from models.decoding import SpecialIds, beam_search, greedy_decode
 from models.rnn import RecurrentEncoderDecoder, RecurrentSpec
 from training import validate
 
@@ -21,6 +22,8 @@ pytestmark = pytest.mark.accelerator  # make test-accelerator runs these on the 
 B, D_MODEL, HEADS, LENGTH, SOURCE_LENGTH = 2, 8, 2, 5, 7
 SOURCE_VOCAB, TARGET_VOCAB, MAX_LEN = 11, 9, 6
 ATOL = 2e-5
+IDS = SpecialIds(bos=Vocabulary.BOS, eos=Vocabulary.EOS, pad=Vocabulary.PAD)
+BOS, EOS, PAD = IDS
 
 
 def _layer(kind, seed=0, qk_head_dim=None):
@@ -173,8 +176,8 @@ def _full_re_decoding_greedy(model, source, max_len):
 def test_greedy_and_beam_of_one_equal_full_re_decoding(model):
     source = _sources(seed=2)
     expected = _full_re_decoding_greedy(model, source, MAX_LEN)
-    greedy, beam = jax.jit(lambda s: (greedy_decode(model, s, MAX_LEN),
-                                      beam_search(model, s, MAX_LEN, beam_size=1, length_penalty=0.6)))(source)
+    greedy, beam = jax.jit(lambda s: (greedy_decode(model, s, MAX_LEN, ids=IDS),
+                                      beam_search(model, s, MAX_LEN, 1, 0.6, ids=IDS)))(source)
     np.testing.assert_array_equal(greedy, expected)
     np.testing.assert_array_equal(beam, expected)
 
@@ -218,7 +221,7 @@ def test_exhaustive_beam_search_finds_the_best_penalised_hypothesis():
     model.eval()
     source = _sources(seed=4, batch=2)
     count = len(list(_every_hypothesis()))
-    search = jax.jit(lambda s, alpha: beam_search(model, s, SHORT, beam_size=count, length_penalty=alpha))
+    search = jax.jit(lambda s, alpha: beam_search(model, s, SHORT, count, alpha, ids=IDS))
     winners = []
     for alpha in (0.0, 2.0):
         winners.append(_brute_force_best(model, source, alpha))

@@ -7,7 +7,8 @@ import pytest
 from flax import nnx
 
 from models import EncoderDecoder, TransformerSpec
-from models.decoding import BOS, EOS, PAD, DecodeState, greedy_decode
+from data.vocab import Vocabulary
+from models.decoding import DecodeState, SpecialIds, greedy_decode
 from training import translation
 
 SOURCE_VOCAB, TARGET_VOCAB, MAX_LEN = 11, 9, 12
@@ -26,7 +27,9 @@ def model(request):
 
 # Compiled: eager dispatch of a whole model costs seconds per call.
 _forward = nnx.jit(lambda model, source, decoder_input: model(source, decoder_input))
-_greedy = nnx.jit(greedy_decode, static_argnums=2)
+IDS = SpecialIds(bos=Vocabulary.BOS, eos=Vocabulary.EOS, pad=Vocabulary.PAD)
+BOS, EOS, PAD = IDS
+_greedy = nnx.jit(lambda model, source, max_len: greedy_decode(model, source, max_len, ids=IDS), static_argnums=2)
 
 
 def _sources(seed=0, batch=6, length=7):

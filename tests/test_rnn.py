@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from models.decoding import greedy_decode
 from models.rnn import GRUCell, LSTMCell, RecurrentEncoderDecoder, RecurrentSpec, recur
 from test_attention_scored import REFERENCES, TOP_K, WINDOW
 from training import loop, validate
@@ -162,16 +161,6 @@ def test_a_tiny_run_lowers_the_loss_and_decodes_deterministically(tiny_config, t
     assert losses[-1] < losses[0]
     assert result["attention"] == {"cross": "multiplicative"}
     assert {row["role"] for row in result["rank"]} == {"cross"}
-
-
-def test_greedy_decoding_is_deterministic():
-    model = _model("additive")
-    model.eval()
-    source, _ = _tokens()
-    decode = jax.jit(lambda s: greedy_decode(model, s, 7))
-    first, second = decode(jnp.asarray(source)), decode(jnp.asarray(source))
-    np.testing.assert_array_equal(first, second)
-    assert first.shape == (B, 7)
 
 
 def test_rnn_configs_are_checked_before_anything_is_built(tiny_config):

@@ -56,10 +56,10 @@ def _child(out: str, devices: int, files) -> None:
     save, final = Checkpoints.save, {}
     decode, final["decoded_on"] = translation.greedy_decode, []
 
-    def recording_decode(model, source, max_len):  # how the final evaluation's batches are placed
+    def recording_decode(model, source, max_len, ids):  # how the final evaluation's batches are placed
         jax.debug.inspect_array_sharding(source, callback=lambda placement: final["decoded_on"].append(
             [placement.num_devices, list(getattr(placement, "spec", None) or [])]))
-        return decode(model, source, max_len)
+        return decode(model, source, max_len, ids=ids)
 
     translation.greedy_decode = recording_decode
 

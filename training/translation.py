@@ -13,12 +13,13 @@ from jax.experimental import multihost_utils
 from data import files, pipeline, scan, scan_grammar
 from data.vocab import Vocabulary
 from models import ROLES, EncoderDecoder
-from models.decoding import beam_search, greedy_decode
+from models.decoding import SpecialIds, beam_search, greedy_decode
 from models.rnn import RecurrentEncoderDecoder, RecurrentSpec
 from training import evaluate, sharding, validate
 from training.losses import token_cross_entropy
 
 PROGRESS_METRIC = "token_accuracy"
+SPECIAL_IDS = SpecialIds(bos=Vocabulary.BOS, eos=Vocabulary.EOS, pad=Vocabulary.PAD)
 
 
 @dataclasses.dataclass
@@ -155,8 +156,9 @@ def decoded_outputs(model, arrays: dict, eval_config) -> np.ndarray:
 
     def search(model, source):
         if eval_config.beam_size == 1:
-            return greedy_decode(model, source, max_len)
-        return beam_search(model, source, max_len, eval_config.beam_size, eval_config.length_penalty)
+            return greedy_decode(model, source, max_len, ids=SPECIAL_IDS)
+        return beam_search(model, source, max_len, eval_config.beam_size, eval_config.length_penalty,
+                           ids=SPECIAL_IDS)
 
     decode = jax.jit(lambda state, source: search(nnx.merge(graphdef, state), source))
     batches = pipeline.fixed_size_batches({"source": arrays["source"]},

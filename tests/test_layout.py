@@ -1,0 +1,23 @@
+"""The packages' dependencies point one way: attention <- models <- training, data beside them. A model is
+handed what it needs of a dataset (its special ids, its sizes); it never imports the data pipeline."""
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+FORBIDDEN = {"attention": {"models", "data", "training", "configs"}, "models": {"data", "training", "configs"}}
+
+
+def _imported_packages(path: pathlib.Path) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    names = [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
+    names += [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module]
+    return {name.split(".")[0] for name in names}
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_lower_packages_import_nothing_from_higher_ones(package):
+    crossings = {str(path.relative_to(ROOT)): sorted(_imported_packages(path) & FORBIDDEN[package])
+                 for path in sorted((ROOT / package).glob("*.py"))}
+    assert {path: packages for path, packages in crossings.items() if packages} == {}
