@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+import attention
 from training import loop
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -111,3 +112,14 @@ def test_debug_shows_the_traceback(tmp_path):
     process = _run("train.py", f"--workdir={tmp_path / 'run'}", "--config.learning_rate=-1", debug=True)
     assert process.returncode != 0 and "Traceback" in process.stderr
     assert "config.learning_rate=-1.0 must be a number in (0, inf)" in process.stderr
+
+
+def test_help_lists_each_configs_presets_and_every_kind_with_its_options():
+    process = _run("train.py", "--help")  # absl's help exits with status 1
+    assert process.stderr == ""
+    for preset in ("split=<split>", "pooling=<head>", "form=<form>", "corpus=<name>", "configs/workdir.py:runs/x"):
+        assert preset in process.stdout
+    kinds = {line.split()[0]: line.split(maxsplit=1)[1] for line in process.stdout.splitlines()
+             if line.startswith("  ") and line.split()[0] in attention.names()}
+    assert kinds.keys() == set(attention.names())
+    assert kinds["performer"] == ", ".join(attention.options("performer"))

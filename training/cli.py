@@ -1,11 +1,14 @@
 """What train.py and eval.py share on the command line: a mistake in the flags, the config, the data or
 the workdir ends in one line on stderr, `error: <field or file[:line]>: <what is wrong>; <what to do>`,
 and exit status 2, with no traceback unless --debug (or $ATTENTION_LAB_DEBUG=1) asks for it."""
+import ast
 import difflib
+import glob
 import importlib.util
 import os
 import re
 import sys
+import textwrap
 
 from absl import app, flags
 
@@ -19,6 +22,8 @@ EXIT_STATUS = 2  # a command the user can correct, as argparse and absl use for 
 # A non-finite step that stops the run (config.nonfinite="stop") says which step and what to change.
 USER_ERRORS = (ConfigError, DataFileError, WorkdirError, CheckpointError, FloatingPointError)
 WORKDIR_CONFIG = "configs/workdir.py"  # the config a workdir's config.json holds (eval.py's default)
+HELP_FLAGS = ("--help", "-h", "-?", "--helpshort", "--helpfull")
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _DEBUG = flags.DEFINE_bool("debug", False, f"Show the traceback of a config, data or workdir error (or "
                                            f"set ${DEBUG_VAR}=1).")
@@ -104,6 +109,35 @@ def _flags_parser(default_config: str | None):
     return parse
 
 
+def _configs_with_presets() -> str:
+    """Each config file's docstring (its task and presets), read without running the file."""
+    entries = []
+    for path in sorted(glob.glob(os.path.join(_ROOT, "configs", "*.py"))):
+        with open(path) as f:
+            tree = ast.parse(f.read(), path)
+        if any(isinstance(node, ast.FunctionDef) and node.name == "get_config" for node in tree.body):
+            entries.append(f"{os.path.relpath(path, _ROOT)}\n{textwrap.indent(ast.get_docstring(tree) or '', '  ')}")
+    return "\n\n".join(entries)
+
+
+def _kinds_with_options() -> str:
+    import attention  # registers every kind; only --help needs them here
+
+    rows = [f"  {name:<18} {', '.join(attention.options(name)) or '-'}" for name in attention.names()]
+    return "\n".join(rows)
+
+
+def guide() -> str:
+    """What --help adds to a command's docstring: the configs and presets, the attention kinds and options."""
+    kinds = ("Attention kinds (--config.attention.name=<kind>, or per role: .encoder_self, .decoder_self, "
+             ".cross) and the options each takes (--config.attention.<option>=<value>):")
+    fields = ("Every field, with a comment on what it does, is in the config file; any field is set with "
+              "--config.<field>=<value>, e.g. --config.model.num_layers=4. README.md, Configuration, has more.")
+    return (f"\nConfigs (--config=<file>[:<preset>,<preset>=<value>]) and their presets:\n\n"
+            f"{_configs_with_presets()}\n\n{textwrap.fill(kinds, 110)}\n\n{_kinds_with_options()}\n\n"
+            f"{textwrap.fill(fields, 110)}\n")
+
+
 def run(main, default_config: str) -> None:
     """app.run(main) with the errors above made one line. Without --config, the config is `default_config`
     (given to the flag here, not where it is defined: config_flags would load it, and apply the
@@ -123,4 +157,7 @@ def run(main, default_config: str) -> None:
             default = f"{WORKDIR_CONFIG}:{workdir}" if workdir else None
         return _flags_parser(default)(argv)
 
+    if any(arg in HELP_FLAGS for arg in sys.argv):
+        main_module = sys.modules["__main__"]
+        main_module.__doc__ = (main_module.__doc__ or "") + guide()
     app.run(guarded, flags_parser=parse)
