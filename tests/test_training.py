@@ -192,3 +192,15 @@ def test_malformed_data_file_names_file_and_line(tiny_config, data_files, tmp_pa
 
 def _no_compilation(*args, **kwargs):
     raise AssertionError("the error should have come before the train step was built")
+
+
+def test_steps_per_second_leave_out_evaluation_and_checkpoint_time(monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr(loop.time, "time", lambda: now[0])
+    progress = loop._Progress(step=0, total=30)
+    now[0] += 2.0  # 10 steps of training
+    with progress.paused():
+        now[0] += 8.0  # an evaluation and a checkpoint
+    assert progress.update(10) == (5.0, "0m04s")
+    now[0] += 4.0  # the next window: no pause carried over
+    assert progress.update(20) == (2.5, "0m04s")

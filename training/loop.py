@@ -23,24 +23,52 @@ def _format_duration(seconds: float) -> str:
 
 
 class _Progress:
-    """Steps/s over the last logging window and the ETA of the run."""
+    """Steps/s over the last logging window and the ETA of the run, counting training time only: what runs
+    inside `paused()` (evaluation, checkpointing) is left out of the window's time."""
 
     def __init__(self, step: int, total: int):
         self.total = total
-        self.step, self.time = step, time.time()
+        self.step, self.time, self.paused_s = step, time.time(), 0.0
+
+    @contextlib.contextmanager
+    def paused(self):
+        start = time.time()
+        try:
+            yield
+        finally:
+            self.paused_s += time.time() - start
 
     def update(self, step: int) -> tuple[float, str]:
         now = time.time()
-        steps_per_sec = (step - self.step) / max(now - self.time, 1e-9)
-        self.step, self.time = step, now
+        steps_per_sec = (step - self.step) / max(now - self.time - self.paused_s, 1e-9)
+        self.step, self.time, self.paused_s = step, now, 0.0
         return steps_per_sec, _format_duration((self.total - step) / max(steps_per_sec, 1e-9))
 
 
-def _host_window(pending: list) -> list[dict]:
-    """The per-step metrics of the logging window so far, as Python floats: JSON for a checkpoint's
-    metadata, and summed in float64 whether they come from the device or from a restored checkpoint,
-    so that a run resumed mid-window logs the numbers an uninterrupted one does."""
-    return [{key: float(value) for key, value in metrics.items()} for metrics in jax.device_get(pending)]
+class _Window:
+    """The per-step metrics of the logging window so far: device values as the steps return them (no host
+    sync), host floats once `host()` reads them. A checkpoint saves `host()` and a restart starts from it,
+    and both are summed in float64, so a run resumed mid-window logs the numbers an uninterrupted one does."""
+
+    def __init__(self, restored: list[dict]):
+        self.steps = list(restored)
+
+    def add(self, step_metrics: dict) -> None:
+        self.steps.append(step_metrics)
+
+    def host(self) -> list[dict]:
+        self.steps = [{key: float(value) for key, value in metrics.items()} for metrics in jax.device_get(self.steps)]
+        return self.steps
+
+    def take(self) -> list[dict]:
+        """host(), and the next window starts empty."""
+        steps, self.steps = self.host(), []
+        return steps
+
+
+def _due(done: int, every: int, total: int) -> bool:
+    """Every `every` steps, and at the last one."""
+    return done % every == 0 or done == total
 
 
 def _check_finite(window: list[dict], done: int, nonfinite: str) -> int:
@@ -61,11 +89,10 @@ def _check_finite(window: list[dict], done: int, nonfinite: str) -> int:
     return skipped
 
 
-def _log_train_window(task, config, writer: MetricsWriter, pending: list, done: int, elapsed_s: float,
+def _log_train_window(task, config, writer: MetricsWriter, window: list[dict], done: int, elapsed_s: float,
                       progress: _Progress) -> None:
     """Writes and prints the train metrics of the logging window ending at step `done`, over its steps
     whose update was applied (all of them when none was: such a window reports its non-finite loss)."""
-    window = _host_window(pending)  # the one host sync per logging window
     skipped = _check_finite(window, done, config.nonfinite)
     counted = [metrics for metrics in window if metrics["finite"]] or window
     sums = jax.tree.map(lambda *values: np.sum(values), *counted)
@@ -106,12 +133,9 @@ def _metrics_place(workdir: str, config):
     return directory, quiet
 
 
-def train_and_evaluate(config, workdir: str) -> dict:
-    """Trains `config` in `workdir` (resuming from its latest checkpoint) and returns eval.json's content.
-
-    SIGTERM or SIGINT while it trains: it checkpoints the step it is at and raises SystemExit with the
-    status of a process killed by that signal (see interrupts.StopRequest), for a restart to resume.
-    """
+def _prepare(config, workdir: str):
+    """Checks the config and the workdir, then builds the task's data, the model and its sharded train state:
+    (task, data, model, graphdef, state, shardings, mesh, runtime)."""
     validate.check_devices(config)
     sharding.initialize(config)  # before validate(), which already runs JAX code
     validate.validate(config)
@@ -122,67 +146,85 @@ def train_and_evaluate(config, workdir: str) -> dict:
     with workdirs.made_for(workdir):  # a run refused for its data leaves no empty workdir behind
         data = task.prepare_data(config, workdir)
     model = task.create_model(config, data)
-    optimizer = create_optimizer(config)
-    graphdef, state = init_state(model, optimizer)
+    graphdef, state = init_state(model, create_optimizer(config))
     mesh = sharding.data_mesh()
     state, shardings = sharding.put_state(state, mesh, config.sharding.params)
+    return task, data, model, graphdef, state, shardings, mesh, runtime
 
-    checkpoints = Checkpoints(os.path.join(workdir, "checkpoints"))
-    start_step, metadata = 0, {"elapsed_s": 0.0}
-    if (restored := checkpoints.restore_latest(state)) is not None:
-        start_step, state, metadata = restored
-        print(f"resuming {workdir} from step {start_step}", flush=True)
-    with open(os.path.join(workdir, workdirs.CONFIG_FILE), "w") as f:
-        json.dump({**workdirs.config_record(config), "runtime": runtime}, f, indent=1)
-    writer = MetricsWriter(*_metrics_place(workdir, config), start_step)
 
+def _restore(checkpoints: Checkpoints, state, workdir: str):
+    """(start step, state, metadata) of the latest checkpoint, or of a fresh start."""
+    if (restored := checkpoints.restore_latest(state)) is None:
+        return 0, state, {"elapsed_s": 0.0}
+    print(f"resuming {workdir} from step {restored[0]}", flush=True)
+    return restored
+
+
+def _steps(task, config, graphdef, shardings):
+    """The jitted train and eval steps."""
     loss_fn = functools.partial(task.metric_sums, label_smoothing=config.label_smoothing)
     dropout_key = jax.random.fold_in(jax.random.key(config.seed), 1)
-    train_step = make_train_step(graphdef, optimizer, loss_fn, dropout_key,
+    train_step = make_train_step(graphdef, create_optimizer(config), loss_fn, dropout_key,
                                  compute_dtype=config.compute_dtype, shardings=shardings)
     eval_step = make_eval_step(graphdef, task.metric_sums, compute_dtype=config.compute_dtype,
                                shardings=shardings)
+    return train_step, eval_step
+
+
+def _evaluate_validation(task, config, writer: MetricsWriter, eval_step, state, data, done: int, elapsed_s: float):
+    metrics = task.summarize(evaluate.metric_totals(eval_step, state["params"], state["rest"], data.validation,
+                                                    config.eval.batch_size))
+    writer.write(done, "eval", elapsed_s, metrics)
+    print(f"eval at step {done} | " + " | ".join(f"{k} {v:.4f}" for k, v in metrics.items()), flush=True)
+
+
+def train_and_evaluate(config, workdir: str) -> dict:
+    """Trains `config` in `workdir` (resuming from its latest checkpoint) and returns eval.json's content.
+
+    SIGTERM or SIGINT while it trains: it checkpoints the step it is at and raises SystemExit with the
+    status of a process killed by that signal (see interrupts.StopRequest), for a restart to resume.
+    """
+    task, data, model, graphdef, state, shardings, mesh, runtime = _prepare(config, workdir)
+    checkpoints = Checkpoints(os.path.join(workdir, "checkpoints"))
+    start_step, state, metadata = _restore(checkpoints, state, workdir)
+    with open(os.path.join(workdir, workdirs.CONFIG_FILE), "w") as f:
+        json.dump({**workdirs.config_record(config), "runtime": runtime}, f, indent=1)
+    writer = MetricsWriter(*_metrics_place(workdir, config), start_step)
+    train_step, eval_step = _steps(task, config, graphdef, shardings)
     batch_size = sharding.global_batch_size(config.per_device_batch_size)
-
-    started = time.time()
-    def elapsed():
-        return metadata["elapsed_s"] + time.time() - started
-
-    progress = _Progress(start_step, config.num_train_steps)
-    # The steps of the logging window that the checkpoint cut (none in checkpoints older than this field).
-    pending = metadata.get("window", [])
-    steps = range(start_step, config.num_train_steps)
+    started, total = time.time(), config.num_train_steps
+    elapsed = lambda: metadata["elapsed_s"] + time.time() - started  # noqa: E731
+    progress = _Progress(start_step, total)
+    window = _Window(metadata.get("window", []))  # the steps of the logging window the checkpoint cut
+    steps = range(start_step, total)
     batches = prefetch(lambda step: sharding.put_batch(task.train_batch(config, data, batch_size, step), mesh), steps)
     with interrupts.stop_requests() as stop, contextlib.closing(batches):
         for step, batch in zip(steps, batches):
             state, step_metrics = train_step(state, batch)
-            pending.append(step_metrics)
+            window.add(step_metrics)
             done = step + 1
-            last = done == config.num_train_steps
-            if done % config.log_every_steps == 0 or last:
-                _log_train_window(task, config, writer, pending, done, elapsed(), progress)
-                pending = []
-            if data.validation is not None and (done % config.eval_every_steps == 0 or last):
-                eval_metrics = task.summarize(evaluate.metric_totals(
-                    eval_step, state["params"], state["rest"], data.validation, config.eval.batch_size))
-                writer.write(done, "eval", elapsed(), eval_metrics)
-                print(f"eval at step {done} | " + " | ".join(f"{k} {v:.4f}" for k, v in eval_metrics.items()),
-                      flush=True)
-            # On a stop request, a checkpoint of this step (unless it has just had its regular one).
-            if done % config.checkpoint_every_steps == 0 or last or stop.signum:
-                pending = _host_window(pending)
-                checkpoints.save(done, state, {"elapsed_s": elapsed(), "window": pending})
+            if _due(done, config.log_every_steps, total):
+                _log_train_window(task, config, writer, window.take(), done, elapsed(), progress)
+            with progress.paused():
+                if data.validation is not None and _due(done, config.eval_every_steps, total):
+                    _evaluate_validation(task, config, writer, eval_step, state, data, done, elapsed())
+                if _due(done, config.checkpoint_every_steps, total) or stop.signum:
+                    checkpoints.save(done, state, {"elapsed_s": elapsed(), "window": window.host()})
             if stop.signum:
                 _exit_interrupted(done, stop, checkpoints, writer)
     checkpoints.close()
+    return _finish(task, config, workdir, model, state, data, writer, elapsed())
+
+
+def _finish(task, config, workdir: str, model, state, data, writer: MetricsWriter, elapsed_s: float) -> dict:
+    """The run's curves, the final evaluation of the trained model (eval.json) and the closing line."""
     if config.eval.plots and jax.process_index() == 0:  # the other hosts' metrics are the same
         plots.plot_run_curves(read_metrics(workdir), os.path.join(workdir, "plots", plots.CURVES_PLOT))
-
     nnx.update(model, state["params"], state["rest"])
     result = task.evaluate_model(config, workdir, model, data, config.num_train_steps)
     writer.log_evaluation(config.num_train_steps, result, workdir)
     writer.close()
     summary = ", ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items())
-    print(f"done: {config.num_train_steps} steps in {_format_duration(elapsed())}; test {summary}; "
+    print(f"done: {config.num_train_steps} steps in {_format_duration(elapsed_s)}; test {summary}; "
           f"eval.json in {workdir}", flush=True)
     return result
