@@ -1,6 +1,6 @@
 """Markdown report and PNG plots of a comparison study, from the eval.json of every run's seeds.
 
-`results` maps a run name to the eval.json dicts of its seeds (schema in DESIGN.md), in the order the
+`results` maps a run name to the eval.json dicts of its seeds (schema in docs/design.md), in the order the
 tables list the runs; `spectra` maps a run name to one seed's spectra.json,
 {role: [[s_i / s_1 of layer 0, descending], [layer 1], ...]}.
 """
@@ -266,7 +266,7 @@ def _rank_study_sections(task: str, results: dict[str, list[dict]], spectra: dic
         "Std over seeds with ddof=1 (\"-\": one seed); the other metrics are means over seeds.",
         accuracy_table(task, results),
         "## Attention rank (encoder self-attention; cross-attention for the RNN)\n\nMeans over layers, "
-        "heads and seeds of each run; each matrix's ranks are means over the analysed examples (DESIGN.md). "
+        "heads and seeds of each run; each matrix's ranks are means over the analysed examples (docs/design.md). "
         "\"matrices over bound\": of the matrices of every layer, head, analysed example and seed, those whose "
         "numerical rank exceeds the kind's rank bound; \"cannot bind\": the bound is at least the shorter side "
         "of every matrix.",

@@ -1,6 +1,6 @@
-"""Attention kinds behind one interface (see DESIGN.md), a registry and the multi-head wrapper.
+"""Attention kinds behind one interface (see docs/design.md), a registry and the multi-head wrapper.
 
-Importing the package registers every kind. Besides the interface of DESIGN.md, each kind reports the
+Importing the package registers every kind. Besides the interface of docs/design.md, each kind reports the
 size of what it must keep to attend, `state_size(key_dim, value_dim, seq_len, causal)` numbers per head:
 m x Dv for a kernelised kind at any length (a fixed state, hence a bounded recall), every key and value
 for the softmax family (the cache grows with the length), the window's for local attention.

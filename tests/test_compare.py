@@ -21,10 +21,9 @@ STUDY_KEYS = [(task, preset) for task, presets in studies.presets().items() for 
 
 
 def _study_config(study: studies.Study):
-    """get_config(presets) of the study's config file; skips while the file does not exist yet."""
+    """get_config(presets) of the study's config file, which must exist."""
     path, _, arg = study.config.partition(":")
-    if not os.path.exists(os.path.join(ROOT, path)):
-        pytest.skip(f"{path} does not exist yet (written by another change)")
+    assert os.path.exists(os.path.join(ROOT, path)), f"the study's config file {path} does not exist"
     module = importlib.import_module("configs." + os.path.splitext(os.path.basename(path))[0])
     return module.get_config(arg or None)
 

@@ -81,10 +81,6 @@ def test_split_sizes_and_partition(scan_pairs, split):
     assert set(train) | set(test) == set(scan_pairs)
 
 
-def test_simple_split_is_deterministic():
-    assert scan_grammar.simple() == scan_grammar.simple()
-
-
 def test_length_split_separates_at_23_actions(scan_pairs):
     train, test = scan_grammar.length()
     assert max(len(actions.split()) for _, actions in train) <= 22

@@ -1,4 +1,4 @@
-"""Metrics to `metrics.jsonl` (the file contract of DESIGN.md) and to Weights & Biases."""
+"""Metrics to `metrics.jsonl` (the file contract of docs/design.md) and to Weights & Biases."""
 import json
 import os
 import secrets
