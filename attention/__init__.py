@@ -23,6 +23,7 @@ by gathering along it.
 """
 from attention import forced_forward, hard, linear, local, scored, softmax  # noqa: F401  (registration side effect)
 from attention.multi_head import MultiHeadAttention
-from attention.registry import all_options, create, names, options, register, select_options
+from attention.registry import all_options, create, names, option_defaults, options, register, select_options
 
-__all__ = ["MultiHeadAttention", "all_options", "create", "names", "options", "register", "select_options"]
+__all__ = ["MultiHeadAttention", "all_options", "create", "names", "option_defaults", "options", "register",
+           "select_options"]

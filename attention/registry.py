@@ -1,4 +1,4 @@
-"""Attention kinds by name: `create`, `names`, `register`, and the options each kind accepts."""
+"""Attention kinds by name: `create`, `names`, `register`, and the options each kind accepts, with defaults."""
 import inspect
 
 _KINDS: dict[str, type] = {}
@@ -36,6 +36,27 @@ def options(name: str) -> tuple[str, ...]:
 
 def all_options() -> set[str]:
     return {option for name in _KINDS for option in options(name)}
+
+
+def option_defaults() -> dict:
+    """Every kind option at its constructor's default, the one source of the configs' `attention.*` values.
+
+    An option means one thing wherever it appears, so kinds sharing a name must share its default. One
+    defaulting to None (additive's query_dim, key_dim) is for direct construction only: the multi-head
+    wrapper sets those widths itself, so no config carries it."""
+    defaults, first_kind = {}, {}
+    for name in names():
+        for option, parameter in inspect.signature(get(name).__init__).parameters.items():
+            if option not in options(name) or parameter.default is None:
+                continue
+            if parameter.default is inspect.Parameter.empty:
+                raise TypeError(f"attention kind {name!r}: option {option!r} has no default")
+            first_kind.setdefault(option, name)
+            if defaults.setdefault(option, parameter.default) != parameter.default:
+                raise ValueError(f"option {option!r} defaults to {defaults[option]!r} in kind "
+                                 f"{first_kind[option]!r} but to {parameter.default!r} in {name!r}; an option "
+                                 f"has one default")
+    return dict(sorted(defaults.items()))
 
 
 def select_options(name: str, candidates: dict) -> dict:

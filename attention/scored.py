@@ -35,14 +35,14 @@ class MultiplicativeAttention(ScoreAttention):
 class AdditiveAttention(ScoreAttention):
     """Bahdanau et al. (2015) score w_h^T tanh(W_q,h q + W_k,h k) with a hidden layer per head.
 
-    `hidden_dim` (None or 0: head_dim) is the width of that layer. `query_dim` and `key_dim` (default
+    `hidden_dim` (0: head_dim) is the width of that layer. `query_dim` and `key_dim` (default
     head_dim) let queries and keys differ in size, e.g. an RNN decoder state attending to encoder
     states; the multi-head wrapper leaves them at head_dim. The tanh sits between query and key, so
     every (query, key) pair has its own hidden vector: memory O(B H Lq Lk hidden) is inherent here.
     """
 
     def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, dropout_rate: float = 0.0,
-                 hidden_dim: int | None = None, query_dim: int | None = None, key_dim: int | None = None):
+                 hidden_dim: int = 0, query_dim: int | None = None, key_dim: int | None = None):
         super().__init__(dropout_rate=dropout_rate, rngs=rngs)
         hidden_dim = hidden_dim or head_dim
         self.query_projection = lecun_normal_per_head(rngs, (num_heads, query_dim or head_dim, hidden_dim))

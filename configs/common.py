@@ -1,6 +1,8 @@
 """Config blocks every task shares: attention kinds and their options, devices and precision, W&B."""
 import ml_collections
 
+from attention import registry
+
 
 def attention_config() -> ml_collections.ConfigDict:
     attention = ml_collections.ConfigDict()
@@ -8,21 +10,9 @@ def attention_config() -> ml_collections.ConfigDict:
     attention.encoder_self = ""  # empty: attention.name
     attention.decoder_self = ""  # translation only
     attention.cross = ""  # translation only
-    attention.dropout_rate = 0.0  # softmax kinds: dropout on the attention weights
-    # dot and softmax kinds: "auto" (cuDNN flash attention where the GPU, dtype and mask allow it, else
-    # XLA), "xla" or "cudnn" (an error where it cannot run); see attention/fused.py
-    attention.implementation = "auto"
-    attention.eps = 1e-6  # kernelised kinds: added to the normaliser
-    attention.chunk_size = 64  # kernelised kinds: causal chunk length; 0: auto (attention/chunking.py)
-    attention.hidden_dim = 0  # additive: width of the score MLP; 0 = head_dim
-    attention.window = 3  # local kinds: keys within +-window of the aligned position
-    attention.top_k = 1  # hard: keys attended in the forward pass (1 = classic hard attention)
-    attention.relu_eps = 1e-3  # relu: added to the features so the normaliser stays positive
-    attention.num_features = 64  # performer: random features m (the rank bound)
-    attention.orthogonal = True  # performer: orthogonal random blocks, else iid rows
-    attention.redraw_every_steps = 0  # performer: redraw the features every N steps; 0 = fixed
-    attention.taylor_order = 2  # taylor: even order of the truncated exp series
-    attention.exp_limit_n = 2  # exp_limit: even n of (1 + q.k/(n sqrt d))^n
+    # Every kind's options at its constructor's defaults (README: "Attention options"): each kind reads the
+    # ones it takes, and a config sets here only what it changes.
+    attention.update(registry.option_defaults())
     return attention
 
 

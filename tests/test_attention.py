@@ -1,4 +1,5 @@
-"""Attention kinds against dense references written here in plain numpy."""
+"""softmax and linear attention beyond the contract of tests/kind_harness.py: softmax's own paths without
+a mask, linear's chunk sizes, the rank bound, bfloat16 features, the registry and the wrapper."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -7,79 +8,38 @@ from flax import nnx
 
 import attention
 from attention import feature_maps
+from kind_harness import B, D, H, L, allowed, inputs, mask, reference_for
 
 pytestmark = pytest.mark.accelerator  # make test-accelerator runs these on the GPU or TPU
 
-B, L, H, D = 2, 13, 3, 4  # L > D so that the rank bound of linear attention binds
 
-
-def _inputs(seed=0, lq=L, lk=L):
-    rng = np.random.default_rng(seed)
-    q = rng.normal(size=(B, lq, H, D)).astype(np.float32)
-    k = rng.normal(size=(B, lk, H, D)).astype(np.float32)
-    v = rng.normal(size=(B, lk, H, D)).astype(np.float32)
-    key_valid = np.ones((B, lk), bool)
-    key_valid[0, lk - 4 :] = False  # example 0 has 4 padded keys
-    return q, k, v, key_valid
+def _inputs(seed=0):
+    """The contract's inputs in float32, as a model would pass them."""
+    *arrays, key_valid = inputs(seed)
+    return (*(x.astype(np.float32) for x in arrays), key_valid)
 
 
 def _create(name, **options):
     return attention.create(name, num_heads=H, head_dim=D, rngs=nnx.Rngs(0), **options)
 
 
-def _allowed(key_valid, lq, causal):
-    allowed = np.broadcast_to(key_valid[:, None, None, :], (B, H, lq, key_valid.shape[1]))
-    if causal:
-        allowed = allowed & np.tril(np.ones((lq, lq), bool))
-    return allowed
-
-
-def reference_softmax(q, k, v, allowed):
-    scores = np.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(q.shape[-1])
-    scores = np.where(allowed, scores, -np.inf)
-    weights = np.exp(scores - scores.max(-1, keepdims=True))
-    weights /= weights.sum(-1, keepdims=True)
-    return np.einsum("bhqk,bkhd->bqhd", weights, v), weights
-
-
-def reference_linear(q, k, v, allowed, eps=1e-6):
-    phi = lambda x: np.where(x > 0, x + 1, np.exp(x))  # elu(x) + 1
-    scores = np.einsum("bqhd,bkhd->bhqk", phi(q), phi(k)) * allowed
-    weights = scores / (scores.sum(-1, keepdims=True) + eps)
-    return np.einsum("bhqk,bkhd->bqhd", weights, v), weights
-
-
-REFERENCES = {"softmax": reference_softmax, "linear": reference_linear}
-
-
-def _mask(key_valid):
-    return jnp.asarray(key_valid[:, None, None, :])
-
-
-@pytest.mark.parametrize("name", sorted(REFERENCES))
-@pytest.mark.parametrize("causal", [False, True])
-def test_output_and_weights_match_dense_reference(name, causal):
-    q, k, v, key_valid = _inputs()
-    expected, expected_weights = REFERENCES[name](q, k, v, _allowed(key_valid, L, causal))
-    module = _create(name)
-    out = module(q, k, v, _mask(key_valid), causal=causal)
-    np.testing.assert_allclose(out, expected, atol=2e-5, rtol=2e-5)
-    np.testing.assert_allclose(module.weights(q, k, _mask(key_valid), causal=causal), expected_weights,
-                               atol=2e-6)
+def _expected(name, q, k, v, allowed_keys):
+    """The output of `name`'s dense reference (tests/reference_*.py)."""
+    return np.einsum("bhqk,bkhd->bqhd", reference_for(name).weights(np, q, k, allowed_keys, {}), v)
 
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_softmax_without_a_mask_matches_dense_reference(causal):
     """No mask takes jax.nn.dot_product_attention's own paths (is_causal when causal): output and grads."""
     q, k, v, _ = _inputs()
-    allowed = _allowed(np.ones((B, L), bool), L, causal)
-    expected, _ = reference_softmax(q, k, v, allowed)
+    every_key = allowed(np.ones((B, L), bool), L, causal)
+    expected = _expected("softmax", q, k, v, every_key)
     module = _create("softmax")
     np.testing.assert_allclose(module(q, k, v, causal=causal), expected, atol=2e-5, rtol=2e-5)
     cotangent = np.random.default_rng(1).normal(size=expected.shape).astype(np.float32)
     def dense(q, k, v):
         scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(D)
-        weights = jax.nn.softmax(jnp.where(allowed, scores, -jnp.inf), axis=-1)
+        weights = jax.nn.softmax(jnp.where(every_key, scores, -jnp.inf), axis=-1)
         return (jnp.einsum("bhqk,bkhd->bqhd", weights, v) * cotangent).sum()
     fast = lambda q, k, v: (module(q, k, v, causal=causal) * cotangent).sum()
     for got, want in zip(jax.grad(fast, (0, 1, 2))(q, k, v), jax.grad(dense, (0, 1, 2))(q, k, v)):
@@ -89,56 +49,9 @@ def test_softmax_without_a_mask_matches_dense_reference(causal):
 @pytest.mark.parametrize("chunk_size", [1, 4, 5, 13, 64])
 def test_causal_linear_is_exact_for_any_chunk_size(chunk_size):
     q, k, v, key_valid = _inputs(seed=1)
-    expected, _ = reference_linear(q, k, v, _allowed(key_valid, L, True))
-    out = _create("linear", chunk_size=chunk_size)(q, k, v, _mask(key_valid), causal=True)
+    expected = _expected("linear", q, k, v, allowed(key_valid, L, True))
+    out = _create("linear", chunk_size=chunk_size)(q, k, v, mask(key_valid), causal=True)
     np.testing.assert_allclose(out, expected, atol=2e-5, rtol=2e-5)
-
-
-def test_cross_attention_with_other_key_length():
-    q, k, v, key_valid = _inputs(seed=2, lq=5, lk=9)
-    for name, reference in REFERENCES.items():
-        expected, _ = reference(q, k, v, _allowed(key_valid, 5, False))
-        np.testing.assert_allclose(_create(name)(q, k, v, _mask(key_valid)), expected, atol=2e-5, rtol=2e-5)
-
-
-@pytest.mark.parametrize("name", sorted(REFERENCES))
-@pytest.mark.parametrize("causal", [False, True])
-def test_gradients_match_dense_reference(name, causal):
-    q, k, v, key_valid = _inputs(seed=3)
-    allowed = jnp.asarray(_allowed(key_valid, L, causal))
-    cotangent = jnp.asarray(np.random.default_rng(4).normal(size=(B, L, H, D)), jnp.float32)
-
-    def dense(q, k, v):  # the same formulas as the numpy references, in jnp for autodiff
-        if name == "softmax":
-            scores = jnp.where(allowed, jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(D), -1e30)
-            weights = jax.nn.softmax(scores, -1)
-        else:
-            phi = lambda x: jnp.where(x > 0, x + 1, jnp.exp(jnp.minimum(x, 0)))
-            scores = jnp.einsum("bqhd,bkhd->bhqk", phi(q), phi(k)) * allowed
-            weights = scores / (scores.sum(-1, keepdims=True) + 1e-6)
-        return (jnp.einsum("bhqk,bkhd->bqhd", weights, v) * cotangent).sum()
-
-    module = _create(name)
-    fast = lambda q, k, v: (module(q, k, v, _mask(key_valid), causal=causal) * cotangent).sum()
-    for got, want in zip(jax.grad(fast, (0, 1, 2))(q, k, v), jax.grad(dense, (0, 1, 2))(q, k, v)):
-        np.testing.assert_allclose(got, want, atol=5e-5, rtol=5e-5)
-
-
-@pytest.mark.parametrize("name", sorted(REFERENCES))
-@pytest.mark.parametrize("causal", [False, True])
-def test_output_ignores_masked_and_future_keys(name, causal):
-    q, k, v, key_valid = _inputs(seed=5)
-    module = _create(name)
-    out = module(q, k, v, _mask(key_valid), causal=causal)
-    k2, v2 = k.copy(), v.copy()
-    k2[~key_valid], v2[~key_valid] = 100.0, -100.0  # garbage in padded keys
-    if causal:  # and in the future of query 6: only its outputs up to 6 must stay
-        k2[:, 7:], v2[:, 7:] = 50.0, 50.0
-    out2 = module(q, k2, v2, _mask(key_valid), causal=causal)
-    upto = 7 if causal else L
-    np.testing.assert_allclose(out2[:, :upto], out[:, :upto], atol=1e-5)
-
-
 def test_linear_rank_is_bounded_by_feature_dim_and_softmax_is_not():
     q, k, _, _ = _inputs(seed=6)
     linear, softmax = _create("linear"), _create("softmax")
@@ -195,15 +108,15 @@ def test_chunk_size_zero_is_the_size_chunking_picks(monkeypatch):
     from attention import chunking
 
     q, k, v, key_valid = _inputs(seed=1)
-    expected, _ = reference_linear(q, k, v, _allowed(key_valid, L, True))
+    expected = _expected("linear", q, k, v, allowed(key_valid, L, True))
     size = chunking.chunk_size_for(jax.default_backend(), L)
-    auto = _create("linear", chunk_size=0)(q, k, v, _mask(key_valid), causal=True)
-    np.testing.assert_array_equal(auto, _create("linear", chunk_size=size)(q, k, v, _mask(key_valid), causal=True))
+    auto = _create("linear", chunk_size=0)(q, k, v, mask(key_valid), causal=True)
+    np.testing.assert_array_equal(auto, _create("linear", chunk_size=size)(q, k, v, mask(key_valid), causal=True))
     np.testing.assert_allclose(auto, expected, atol=2e-5, rtol=2e-5)
     # The size is looked up at trace time: a table entry below L (here 4, in chunks that do not divide L).
     monkeypatch.setattr(chunking, "chunk_size_for", lambda platform, length: 4)
-    auto = _create("linear", chunk_size=0)(q, k, v, _mask(key_valid), causal=True)
-    np.testing.assert_array_equal(auto, _create("linear", chunk_size=4)(q, k, v, _mask(key_valid), causal=True))
+    auto = _create("linear", chunk_size=0)(q, k, v, mask(key_valid), causal=True)
+    np.testing.assert_array_equal(auto, _create("linear", chunk_size=4)(q, k, v, mask(key_valid), causal=True))
 
 
 def test_chunking_table_gives_a_positive_size_everywhere():

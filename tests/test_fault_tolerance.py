@@ -193,13 +193,17 @@ def test_metadata_is_saved_as_it_was_when_save_was_called(tmp_path, monkeypatch)
     checkpoints.close()
 
 
-def test_a_save_cut_short_is_not_a_checkpoint(straight, tmp_path):
-    _, reference = straight
-    checkpoints = str(tmp_path / "checkpoints")
-    shutil.copytree(os.path.join(reference, "checkpoints"), checkpoints)
+def test_a_run_killed_mid_save_resumes_from_the_checkpoint_before(straight, tmp_path, capsys, no_final_evaluation):
+    config, reference = straight
+    workdir = str(tmp_path / "run")
+    shutil.copytree(reference, workdir)
+    checkpoints = os.path.join(workdir, "checkpoints")
     # What a process killed mid-save leaves (seen with SIGKILL on Orbax 0.12): the step's temporary directory.
     os.rename(os.path.join(checkpoints, "20"), os.path.join(checkpoints, "20.orbax-checkpoint-tmp"))
-    assert Checkpoints(checkpoints).latest_step() == 14
+    loop.train_and_evaluate(config, workdir)
+    assert f"resuming {workdir} from step 14" in capsys.readouterr().out
+    assert _metric_lines(workdir) == _metric_lines(reference)
+    _assert_same_state(workdir, reference, 20)
 
 
 def _nan_at_steps(monkeypatch, steps: set[int]) -> None:

@@ -1,53 +1,62 @@
-"""Every registered kind, in every role of the translation model, takes training steps with finite values,
-and is tested against a dense reference and at inputs of norm 10."""
-import jax
-import numpy as np
+"""Every kind of the attention package held to the contract of tests/kind_harness.py: outputs, weights,
+padding, causality, cross-attention, gradients, large norms, decoding and training, against the dense
+reference declared for it; and a registered kind without a reference fails here."""
+import pathlib
+
 import pytest
 
 import attention
-import test_attention
-import test_attention_linear
-import test_attention_scored
 from attention import registry
-from data import pipeline
-from training import steps, translation, validate
+from kind_harness import KindContract, package_kinds, reference_for
 
-# The tests that hold kinds to a dense reference, and those that give them inputs of norm 10: a kind counts
-# as covered by the values of their `name` parametrization, so only a test that runs on it can cover it.
-DENSE_REFERENCE_TESTS = (test_attention.test_output_and_weights_match_dense_reference,
-                         test_attention_scored.test_output_and_weights_match_numpy_reference,
-                         test_attention_linear.test_output_and_weights_match_dense_reference)
-LARGE_NORM_TESTS = (test_attention_scored.test_large_norms_and_a_fully_masked_row_stay_finite,
-                    test_attention_linear.test_outputs_and_gradients_stay_finite_for_large_inputs)
+pytestmark = pytest.mark.accelerator  # make test-accelerator runs these on the GPU or TPU
+
+
+PACKAGE_KINDS = package_kinds()
+
+
+def _one_name_per_class(names) -> list[str]:
+    classes = {}
+    for name in names:
+        classes.setdefault(registry.get(name), name)  # scaled_dot is softmax
+    return sorted(classes.values())
+
+
+class TestPackageKinds(KindContract):
+    kinds = tuple(_one_name_per_class(PACKAGE_KINDS))
 
 
 @pytest.mark.parametrize("kind", attention.names())
-def test_every_kind_trains_in_every_role(kind, tiny_config, tmp_path):
-    config = tiny_config()
-    config.attention.name = kind
-    config.weight_decay = 0.0  # decay would move every parameter, gradient or not
-    validate.validate(config)
-    data = translation.prepare_data(config, str(tmp_path))
-    model = translation.create_model(config, data)
-    optimizer = steps.create_optimizer(config)
-    graphdef, state = steps.init_state(model, optimizer)
-    before = jax.tree.map(np.array, state["params"])
-    train_step = steps.make_train_step(graphdef, optimizer, translation.metric_sums, jax.random.key(0))
-    for step in range(2):
-        state, metrics = train_step(state, pipeline.batch_at_step(data.train, 8, seed=0, step=step))
-        assert np.isfinite(float(metrics["loss"])) and np.isfinite(float(metrics["grad_norm"]))
-        assert bool(metrics["finite"]) and float(metrics["grad_norm"]) > 0
-    changed = jax.tree.map(lambda a, b: not np.array_equal(a, b), before, jax.device_get(state["params"]))
-    assert all(jax.tree.leaves(changed)), "every parameter (including kind-specific ones) gets updates"
+def test_every_registered_kind_has_a_dense_reference(kind):
+    reference_for(kind)  # raises, naming the kind and where to declare its reference
 
 
-def _kinds_run_by(tests):
-    return {kind for test in tests for mark in test.pytestmark
-            if mark.name == "parametrize" and mark.args[0] == "name" for kind in mark.args[1]}
+def _readme_options() -> dict[str, tuple[str, str]]:
+    """README's table of options: option -> (default, kinds), as written."""
+    readme = (pathlib.Path(__file__).parents[1] / "README.md").read_text()
+    table = readme[readme.index("| option | default | kinds | what it sets |"):].split("\n\n")[0]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()[2:]]
+    return {option.strip("`"): (default, kinds) for option, default, kinds, _ in rows}
 
 
-@pytest.mark.parametrize("tests", [DENSE_REFERENCE_TESTS, LARGE_NORM_TESTS], ids=["dense_reference", "norm_10"])
-def test_every_kind_is_tested(tests):
-    # Names registered to one class run the same code: a test of scaled_dot is one of softmax.
-    tested = {registry.get(kind) for kind in _kinds_run_by(tests)}
-    assert [name for name in attention.names() if registry.get(name) not in tested] == []
+def test_readme_table_of_options_is_the_registry():
+    """Every option with its constructor default and the kinds that take it (the package's, and their
+    aliases), one row each."""
+    kinds = {option: [name for name in PACKAGE_KINDS if option in attention.options(name)]
+             for option in attention.option_defaults()}
+    want = {option: (str(default), ", ".join(kinds[option]))
+            for option, default in attention.option_defaults().items() if kinds[option]}
+    assert _readme_options() == want
+
+
+def test_a_kind_without_a_reference_or_with_a_second_default_is_refused(monkeypatch):
+    class Unreferenced(registry.get("linear")):
+        def __init__(self, *, num_heads, head_dim, rngs, eps: float = 1e-3, chunk_size: int = 64):
+            super().__init__(num_heads=num_heads, head_dim=head_dim, rngs=rngs, eps=eps, chunk_size=chunk_size)
+
+    monkeypatch.setitem(registry._KINDS, "unreferenced", Unreferenced)  # undone after the test
+    with pytest.raises(LookupError, match="'unreferenced' has no dense reference"):
+        reference_for("unreferenced")
+    message = "option 'eps' defaults to 1e-06 in kind 'cosformer' but to 0.001 in 'unreferenced'"
+    with pytest.raises(ValueError, match=message):
+        attention.option_defaults()

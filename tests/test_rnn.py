@@ -1,5 +1,5 @@
 """The recurrent encoder-decoder: cells against step-by-step numpy, attention kinds in the decoder against
-dense references, a tiny run, deterministic greedy decoding."""
+dense references (tests/reference_scored.py), a tiny run, the attention forms' config checks."""
 import json
 
 import jax
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from models.rnn import GRUCell, LSTMCell, RecurrentEncoderDecoder, RecurrentSpec, recur
-from test_attention_scored import REFERENCES, TOP_K, WINDOW
+from kind_harness import reference_for
+from models.rnn import NO_ATTENTION, GRUCell, LSTMCell, RecurrentEncoderDecoder, RecurrentSpec, recur
 from training import loop, validate
 
 B, HIDDEN, VOCAB = 2, 8, 11
@@ -75,9 +75,9 @@ def test_scanned_cell_equals_a_step_by_step_reference(cell_name, reverse):
 
 
 def _model(kind, cell="lstm", bidirectional=True, seed=0, static_attention=False):
-    options = {"local": {"window": WINDOW}, "local_predictive": {"window": WINDOW}, "hard": {"top_k": TOP_K}}
+    options = {} if kind == NO_ATTENTION else reference_for(kind).options
     spec = RecurrentSpec(num_layers=2, hidden_dim=HIDDEN, cell=cell, bidirectional=bidirectional,
-                         num_heads=2, attention=kind, attention_options=options.get(kind, {}),
+                         num_heads=2, attention=kind, attention_options=options,
                          static_attention=static_attention)
     return RecurrentEncoderDecoder(VOCAB, VOCAB, spec, rngs=nnx.Rngs(seed))
 
@@ -119,7 +119,7 @@ def _reference_logits(model, source, decoder_input, kind, static_attention=False
         _linear(attention.value, memory))
     allowed = np.broadcast_to((source != 0)[:, None, None, :], (B, attention.num_heads, q.shape[1], k.shape[1]))
     params = {name: np.asarray(v[...], np.float64) for name, v in nnx.state(attention.attention, nnx.Param).items()}
-    weights = REFERENCES[kind](np, q, k, allowed, params)
+    weights = reference_for(kind).weights(np, q, k, allowed, params)
     context = _linear(attention.output, np.einsum("bhqk,bkhd->bqhd", weights, v).reshape(y.shape))
     combined = np.tanh(_linear(model.combine, np.concatenate([context, y], -1)))
     return combined @ np.asarray(model.target_embed.embedding[...], np.float64).T

@@ -16,8 +16,9 @@ def test_an_offline_run_writes_every_logged_key_to_the_workdir(tiny_config, tmp_
     with open(log_file, "rb") as f:
         logged = f.read()
     keys = ["train/loss", "train/learning_rate", "train/grad_norm", "train/steps_per_sec", "train/tokens_per_sec",
-            "eval/exact_match", "test/bleu", *(f"rank/{role}/layer0/{metric}" for role in ("encoder_self", "decoder_self", "cross")
-                           for metric in ("numerical", "effective", "stable")),
+            "eval/exact_match", "test/bleu",
+            *(f"rank/{role}/layer0/{metric}" for role in ("encoder_self", "decoder_self", "cross")
+              for metric in ("numerical", "effective", "stable")),
             *(f"state/{role}/{size}" for role in ("encoder_self", "decoder_self", "cross")
               for size in ("per_head", "total")), "runtime", "device_kind", "jaxlib"]
     assert [key for key in keys if key.encode() not in logged] == []

@@ -1,0 +1,106 @@
+"""Dense references of the softmax-over-scores kinds: one formula per kind, in numpy or jax.numpy (xp)."""
+import jax
+import numpy as np
+
+from kind_harness import dense_reference
+
+WINDOW, TOP_K = 3, 2
+
+
+def softmax(xp, scores, allowed):
+    scores = xp.where(allowed, scores, -1e30)
+    exp = xp.exp(scores - scores.max(-1, keepdims=True)) * allowed
+    return exp / xp.maximum(exp.sum(-1, keepdims=True), 1e-30)
+
+
+def _dot(xp, q, k):
+    return xp.einsum("bqhd,bkhd->bhqk", q, k)
+
+
+def _scaled_dot(xp, q, k):
+    return _dot(xp, q, k) / np.sqrt(q.shape[-1])
+
+
+def _sigmoid(xp, x):
+    return 1 / (1 + xp.exp(-x))
+
+
+@dense_reference("dot")
+def dot(xp, q, k, allowed, arrays):
+    return softmax(xp, _dot(xp, q, k), allowed)
+
+
+@dense_reference("scaled_dot")
+def scaled_dot(xp, q, k, allowed, arrays):
+    return softmax(xp, _scaled_dot(xp, q, k), allowed)
+
+
+@dense_reference("multiplicative")
+def multiplicative(xp, q, k, allowed, arrays):
+    return softmax(xp, xp.einsum("bqhd,hde,bkhe->bhqk", q, arrays["bilinear"], k), allowed)
+
+
+@dense_reference("additive")
+def additive(xp, q, k, allowed, arrays):
+    hidden_q = xp.einsum("bqhd,hde->bhqe", q, arrays["query_projection"])
+    hidden_k = xp.einsum("bkhd,hde->bhke", k, arrays["key_projection"])
+    scores = xp.einsum("bhqke,he->bhqk", xp.tanh(hidden_q[:, :, :, None] + hidden_k[:, :, None]),
+                       arrays["score_vector"])
+    return softmax(xp, scores, allowed)
+
+
+@dense_reference("gaussian")
+def gaussian(xp, q, k, allowed, arrays):
+    squared_distance = ((q[:, :, None] - k[:, None]) ** 2).sum(-1).transpose(0, 3, 1, 2)
+    precision = xp.log1p(xp.exp(arrays["raw_precision"]))
+    return softmax(xp, -precision[:, None, None] / 2 * squared_distance, allowed)
+
+
+def local_m_positions(lq, lk):
+    return np.floor(np.arange(lq) * (lk - 1) / (lq - 1) + 0.5)
+
+
+@dense_reference("local", window=WINDOW)
+def local(xp, q, k, allowed, arrays):
+    lq, lk = q.shape[1], k.shape[1]
+    band = np.abs(np.arange(lk)[None, :] - local_m_positions(lq, lk)[:, None]) <= WINDOW
+    return softmax(xp, _scaled_dot(xp, q, k), xp.logical_and(allowed, band))
+
+
+def local_p_positions(xp, q, allowed, arrays):
+    last_allowed_key = (np.arange(allowed.shape[-1]) * allowed).max(-1)
+    hidden = xp.tanh(xp.einsum("bqhd,hde->bhqe", q, arrays["position_projection"]))
+    return last_allowed_key * _sigmoid(xp, xp.einsum("bhqe,he->bhq", hidden, arrays["position_vector"]))
+
+
+@dense_reference("local_predictive", window=WINDOW)
+def local_predictive(xp, q, k, allowed, arrays):
+    distance = np.arange(k.shape[1]) - local_p_positions(xp, q, allowed, arrays)[..., None]
+    in_window = xp.logical_and(allowed, xp.abs(distance) <= WINDOW)
+    gaussian = xp.exp(-(distance**2) / (2 * (WINDOW / 2) ** 2))
+    return softmax(xp, _scaled_dot(xp, q, k), in_window) * gaussian
+
+
+@dense_reference("hard", top_k=TOP_K)
+def hard(xp, q, k, allowed, arrays, top_k=TOP_K):
+    scores = _scaled_dot(xp, q, k)
+    # Allowed keys by decreasing score, ties by increasing index (a stable sort); disallowed ones last.
+    order = xp.argsort(xp.where(allowed, -scores, np.inf), axis=-1, stable=True)
+    rank = xp.argsort(order, axis=-1)
+    soft = softmax(xp, scores, allowed)
+    hard = softmax(xp, scores, xp.logical_and(allowed, rank < top_k))
+    return hard if xp is np else soft + jax.lax.stop_gradient(hard - soft)
+
+
+@dense_reference("forced_forward")
+def forced_forward(xp, q, k, allowed, arrays):
+    """Paulus et al.'s intra-temporal attention as written, row by row: e'_ti = exp(e_ti) / sum exp(e_ji) over
+    the earlier rows j that were allowed key i (exp(e_ti) where none was), then normalised over i."""
+    exp = xp.exp(xp.einsum("bqhd,hde,bkhe->bhqk", q, arrays["bilinear"], k)) * allowed
+    rows = []
+    for t in range(q.shape[1]):
+        received = exp[:, :, :t].sum(2)
+        attended_before = allowed[:, :, :t].any(2)
+        row = exp[:, :, t] / xp.where(attended_before, received, 1.0)
+        rows.append(row / xp.maximum(row.sum(-1, keepdims=True), 1e-30))
+    return xp.stack(rows, axis=2)
