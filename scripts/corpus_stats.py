@@ -13,7 +13,7 @@ sys.path.insert(0, ROOT)  # run as a script from anywhere: the repository's pack
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from data import text_corpus  # noqa: E402
+from data import mlm_corpus, text_corpus  # noqa: E402
 from data.mlm import pack  # noqa: E402
 from training import mlm, validate  # noqa: E402
 
@@ -34,7 +34,7 @@ def main(argv):
     print(f"vocabulary: {data.tokenizer.vocab_size} {dataset.tokenizer} pieces; sequences of {dataset.seq_len}")
     print("| split | documents | words | tokens | sequences |\n|---|---:|---:|---:|---:|")
     for split in (dataset.train_split, dataset.validation_split, dataset.split):
-        texts = mlm.load_texts(dataset, split)
+        texts = mlm_corpus.load_texts(dataset, split)
         token_lists = data.tokenizer.encode_batch(texts)
         tokens = sum(len(ids) for ids in token_lists)
         words = sum(len(text.split()) for text in texts)

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 from configs import mlm as mlm_config
+from data import mlm_corpus
+from data.files import DatasetNotPreparedError
 from training import loop, mlm, validate
 from training.evaluate import evaluate
 
@@ -123,5 +125,5 @@ def test_an_unprepared_tfds_dataset_says_how_to_prepare_it(tmp_path):
     config = mlm_config.get_config("tiny")
     config.dataset.name, config.dataset.tfds_name = "tfds", "imdb_reviews"
     config.dataset.data_dir = str(tmp_path)
-    with pytest.raises(mlm.DatasetNotPreparedError, match="tfds build imdb_reviews"):
-        mlm.load_texts(config.dataset, "train")
+    with pytest.raises(DatasetNotPreparedError, match="tfds build imdb_reviews"):
+        mlm_corpus.load_texts(config.dataset, "train")

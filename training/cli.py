@@ -14,7 +14,7 @@ from absl import app, flags
 
 from data.files import DataFileError
 from training.checkpoints import CheckpointError
-from training.validate import ConfigError
+from training.config_checks import ConfigError
 from training.workdirs import WorkdirError
 
 DEBUG_VAR = "ATTENTION_LAB_DEBUG"

@@ -7,11 +7,13 @@ import jax.numpy as jnp
 from flax import nnx
 
 from data import listops, pipeline
-from models import SequenceClassifier
-from training import evaluate, validate
+from models import SequenceClassifier, pooling, roles
+from training import evaluate
+from training.config_checks import ConfigError, check_int, choice
 from training.losses import token_cross_entropy
 
 PROGRESS_METRIC = "accuracy"
+DATASETS = ("listops",)
 
 
 @dataclasses.dataclass
@@ -19,6 +21,24 @@ class ListOpsData:
     train: dict  # data.listops.arrays: inputs int32 [N, 1 + max_length] ([CLS] first), targets and weights [N, 1]
     validation: dict
     test: dict
+
+
+def check_config(config) -> None:
+    """ListOps' own fields: the expressions generated and the pooling head."""
+    dataset, model = config.dataset, config.model
+    choice("dataset.name", dataset.name, DATASETS)
+    for field in ("max_depth", "max_args", "min_length", "max_length", "train_size", "validation_size",
+                  "test_size"):
+        check_int(config, f"dataset.{field}", 1)
+    choice("dataset.split", dataset.split, ("validation", "test"))
+    try:
+        listops.check_settings(dataset.max_depth, dataset.max_args, dataset.min_length, dataset.max_length)
+    except ValueError as error:
+        raise ConfigError(f"config.dataset: {error}") from None
+    choice("model.pooling", model.pooling, pooling.POOLINGS)
+    check_int(config, "model.pooling_hops", 1)
+    if not 0 <= model.pooling_penalty < float("inf"):
+        raise ConfigError(f"config.model.pooling_penalty={model.pooling_penalty!r} must be a finite number >= 0")
 
 
 def prepare_data(config, workdir: str) -> ListOpsData:
@@ -31,7 +51,7 @@ def create_model(config, data: ListOpsData) -> SequenceClassifier:
     model = config.model
     params_key, dropout_key = jax.random.split(jax.random.key(config.seed))
     return SequenceClassifier(listops.VOCAB_SIZE, listops.NUM_CLASSES,
-                              validate.transformer_spec(config, config.dataset.max_length + 1),
+                              roles.transformer_spec(config, config.dataset.max_length + 1),
                               pooling_name=model.pooling, pooling_hops=model.pooling_hops,
                               pooling_penalty=model.pooling_penalty,
                               rngs=nnx.Rngs(params=params_key, dropout=dropout_key), pad_id=listops.PAD)
@@ -69,7 +89,7 @@ def evaluate_model(config, workdir: str, model, data: ListOpsData, step: int) ->
         "task": "listops",
         "split": dataset.split,
         "num_examples": int(len(getattr(data, dataset.split)["inputs"])),
-        "attention": validate.role_kinds(config),
+        "attention": roles.role_kinds(config),
         "pooling": config.model.pooling,
         "metrics": summarize(totals),
         "rank": evaluate.encoder_analysis(config, workdir, model, data.test["inputs"], listops.PAD,

@@ -3,7 +3,8 @@ import json
 import os
 import secrets
 
-from training import devices, validate, workdirs
+from models import roles
+from training import devices, workdirs
 
 
 # Set by `wandb agent` for each run it starts: the run's id (the same when the sweep requeues a run marked
@@ -76,7 +77,7 @@ class MetricsWriter:
     def _start_wandb(workdir: str, config):
         import wandb  # imported only when used: it is slow to import and tests disable it
 
-        kinds = sorted(set(validate.role_kinds(config).values()))
+        kinds = sorted(set(roles.role_kinds(config).values()))
         run_id, sweep_id = _run_id(workdir), os.environ.get(SWEEP_ID_VAR)
         # In a sweep, W&B takes the project and the run id from the agent and ignores (with a warning)
         # those passed here; the runs of a sweep share a group, the sweep's unless the config names one.

@@ -9,11 +9,13 @@ import numpy as np
 from flax import nnx
 
 from data import pipeline, recall
-from models import LanguageModel
-from training import evaluate, validate
+from models import LanguageModel, roles
+from training import evaluate
+from training.config_checks import ConfigError, check_int, choice
 from training.losses import prediction_loss_and_accuracy, prediction_sums
 
 PROGRESS_METRIC = "query_accuracy"
+DATASETS = ("mqar",)
 _SPLITS = ("train", "validation", "test")  # each generated from its own stream of dataset.seed
 
 
@@ -22,6 +24,25 @@ class RecallData:
     train: dict  # data.recall.generate arrays: inputs [N, L]; positions, targets, weights [N, pairs]
     validation: dict
     test: dict
+
+
+def check_config(config) -> None:
+    """Recall's own fields: the MQAR sizes and form, and the tied embeddings its logits need."""
+    dataset = config.dataset
+    choice("dataset.name", dataset.name, DATASETS)
+    choice("dataset.form", dataset.form, recall.FORMS)
+    choice("dataset.split", dataset.split, ("validation", "test"))
+    for field in ("vocab_size", "seq_len", "num_kv_pairs", "train_size", "validation_size", "test_size"):
+        check_int(config, f"dataset.{field}", 1)
+    try:
+        recall.check_sizes(dataset.vocab_size, dataset.seq_len, dataset.num_kv_pairs)
+    except ValueError as error:
+        raise ConfigError(f"config.dataset: {error}") from None
+    if not dataset.power_a > 0:
+        raise ConfigError(f"config.dataset.power_a={dataset.power_a!r} must be > 0 (1: uniform query gaps)")
+    if not config.model.tied_embeddings:
+        raise ConfigError("config.model.tied_embeddings=False: the recall model's logits always use the "
+                          "token embeddings")
 
 
 def _generate(dataset, split: str) -> dict:
@@ -39,9 +60,9 @@ def create_model(config, data: RecallData) -> LanguageModel:
     del data
     dataset = config.dataset
     params_key, dropout_key = jax.random.split(jax.random.key(config.seed))
-    (role,) = validate.model_roles(config)
+    (role,) = roles.model_roles(config)
     return LanguageModel(recall.model_vocab_size(dataset.vocab_size, dataset.form),
-                         validate.transformer_spec(config, dataset.seq_len),
+                         roles.transformer_spec(config, dataset.seq_len),
                          rngs=nnx.Rngs(params=params_key, dropout=dropout_key), role=role)
 
 
@@ -87,15 +108,15 @@ def evaluate_model(config, workdir: str, model, data: RecallData, step: int) -> 
     state sizes -> eval.json."""
     dataset = config.dataset
     totals = evaluate.model_metric_totals(model, metric_sums, getattr(data, dataset.split), config.eval.batch_size)
-    roles = validate.role_kinds(config)
+    kinds = roles.role_kinds(config)
     return evaluate.write_eval_json(config, workdir, {
         "step": int(step),
         "task": "recall",
         "split": dataset.split,
         "num_examples": int(len(data.test["inputs"])),
-        "attention": roles,
+        "attention": kinds,
         "metrics": summarize(totals),
         "rank": attention_analysis(config, workdir, model, data),
-        "state": evaluate.attention_state(model, dict.fromkeys(roles, dataset.seq_len)),
+        "state": evaluate.attention_state(model, dict.fromkeys(kinds, dataset.seq_len)),
         "recall": {field: dataset[field] for field in ("form", "vocab_size", "seq_len", "num_kv_pairs")},
     })

@@ -1,5 +1,7 @@
 """Tasks by `config.task`. A task module provides:
 
+  check_config(config)                         the task's own config fields (its dataset.name among them),
+                                               raising config_checks.ConfigError; validate.validate calls it
   prepare_data(config, workdir) -> data        with `data.train` and `data.validation` arrays (validation
                                                None: no periodic evaluation)
   create_model(config, data) -> model          with `attention_layers()`

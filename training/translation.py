@@ -1,5 +1,6 @@
-"""The translation task (see training/tasks.py): data and vocabularies, the encoder-decoder, its loss,
-teacher-forced metrics and the evaluation behind eval.json (greedy or beam decoding, BLEU, attention ranks)."""
+"""The translation task (see training/tasks.py): its config checks, data and vocabularies, the encoder-decoder,
+its loss, teacher-forced metrics and the evaluation behind eval.json (greedy or beam decoding, BLEU, attention
+ranks)."""
 import dataclasses
 import os
 
@@ -12,14 +13,16 @@ from jax.experimental import multihost_utils
 
 from data import files, pipeline, scan, scan_grammar
 from data.vocab import Vocabulary
-from models import ROLES, EncoderDecoder
+from models import ROLES, EncoderDecoder, rnn, roles
 from models.decoding import SpecialIds, beam_search, greedy_decode
-from models.rnn import RecurrentEncoderDecoder, RecurrentSpec
-from training import evaluate, sharding, validate
+from training import evaluate, sharding
+from training.config_checks import ConfigError, check_fields_read, check_file, check_int, choice
 from training.losses import token_cross_entropy
 
 PROGRESS_METRIC = "token_accuracy"
 SPECIAL_IDS = SpecialIds(bos=Vocabulary.BOS, eos=Vocabulary.EOS, pad=Vocabulary.PAD)
+DATASETS = ("scan", "files")  # SCAN generated from its grammar, or parallel files (load_pairs)
+DATASET_FIELDS = {"files": ("train_file", "test_file")}  # config_checks.check_fields_read
 
 
 @dataclasses.dataclass
@@ -30,6 +33,52 @@ class TranslationData:
     validation: dict | None  # periodic evaluation; None when dataset.hold_out_validation is off
     test: dict  # only the final evaluation (eval.json) reads it
     test_pairs: list
+
+
+def check_config(config) -> None:
+    """Translation's own fields: its model, the Transformer or the RNN, its data and its decoding."""
+    choice("model.name", config.model.name, roles.MODELS)
+    choice("model.cell", config.model.cell, rnn.CELLS)
+    _check_recurrent_attention(config)
+    choice("dataset.name", config.dataset.name, DATASETS)
+    check_fields_read(config, DATASET_FIELDS)
+    if config.dataset.name == "scan":
+        choice("dataset.split", config.dataset.split, tuple(scan_grammar.SPLITS))
+    else:
+        for field in ("train_file", "test_file"):
+            check_file(config, field)
+    for field in ("max_source_len", "max_target_len"):
+        check_int(config, f"dataset.{field}", 1)
+    _check_decoding(config.eval)
+
+
+def _check_recurrent_attention(config) -> None:
+    """The RNN's attention forms (models/rnn.py); the Transformer leaves these fields alone."""
+    choice("model.decoder_memory", config.model.decoder_memory, rnn.DECODER_MEMORIES)
+    check_int(config, "model.memory_window", 1)
+    if not roles.is_rnn(config):
+        for field, default in (("static_attention", False), ("decoder_memory", rnn.NO_MEMORY)):
+            if config.model[field] != default:
+                raise ConfigError(f"config.model.{field}={config.model[field]!r} applies to model.name='rnn' only")
+        return
+    if config.model.decoder_memory != rnn.NO_MEMORY:
+        parts = 3 if config.model.decoder_memory == "key_value_predict" else 2
+        if config.model.d_model % parts:
+            raise ConfigError(f"config.model.decoder_memory={config.model.decoder_memory!r} splits each state in "
+                              f"{parts}: config.model.d_model={config.model.d_model} must be divisible by {parts}")
+    kind = roles.role_kinds(config)["cross"]
+    if config.model.static_attention and kind in (rnn.NO_ATTENTION, "forced_forward"):
+        raise ConfigError(f"config.model.static_attention=True shares one context between the decoder steps; "
+                          f"config.attention.name={kind!r} cannot: choose a kind other than none and forced_forward")
+
+
+def _check_decoding(eval_config) -> None:
+    beam_size, alpha = eval_config.beam_size, eval_config.length_penalty
+    if not isinstance(beam_size, int) or beam_size < 1:
+        raise ConfigError(f"config.eval.beam_size={beam_size!r} must be an integer >= 1 (1: greedy decoding)")
+    if not 0 <= alpha < float("inf"):
+        raise ConfigError(f"config.eval.length_penalty={alpha!r} must be a finite number >= 0 "
+                          f"(the GNMT alpha; 0: no length penalty)")
 
 
 def load_pairs(dataset) -> tuple[list, list, list]:
@@ -48,7 +97,7 @@ def load_pairs(dataset) -> tuple[list, list, list]:
         return train, [], test
     train, validation = scan.hold_out_validation(train, keep)
     if not validation:
-        raise validate.ConfigError(
+        raise ConfigError(
             f"config.dataset.hold_out_validation: none of the {len(train)} training commands falls in the "
             f"validation rule (CRC-32 0 mod 10); give more pairs or set it False")
     return train, validation, test
@@ -84,17 +133,17 @@ def create_model(config, data: TranslationData):
     rngs = nnx.Rngs(params=params_key, dropout=dropout_key)
     vocab_sizes = len(data.source_vocab), len(data.target_vocab)
     if config.model.name == "rnn":
-        kinds, options = validate.role_kinds(config), validate.kind_options(config)
-        spec = RecurrentSpec(
+        kinds, options = roles.role_kinds(config), roles.kind_options(config)
+        spec = rnn.RecurrentSpec(
             num_layers=config.model.num_layers, hidden_dim=config.model.d_model, cell=config.model.cell,
             bidirectional=config.model.bidirectional, num_heads=config.model.num_heads,
             dropout_rate=config.model.dropout_rate, attention=kinds["cross"],
             attention_options=options.get(kinds["cross"], {}), tied_embeddings=config.model.tied_embeddings,
             static_attention=config.model.static_attention, decoder_memory=config.model.decoder_memory,
             memory_window=config.model.memory_window)
-        return RecurrentEncoderDecoder(*vocab_sizes, spec, rngs=rngs, pad_id=Vocabulary.PAD)
+        return rnn.RecurrentEncoderDecoder(*vocab_sizes, spec, rngs=rngs, pad_id=Vocabulary.PAD)
     max_len = max(data.train["source"].shape[1], data.train["target"].shape[1])
-    spec = validate.transformer_spec(config, max_len)
+    spec = roles.transformer_spec(config, max_len)
     return EncoderDecoder(*vocab_sizes, spec, rngs=rngs, pad_id=Vocabulary.PAD)
 
 
@@ -209,7 +258,7 @@ def evaluate_model(config, workdir: str, model, data: TranslationData, step: int
         "task": "translation",
         "split": "test",
         "num_examples": len(data.test_pairs),
-        "attention": validate.role_kinds(config),
+        "attention": roles.role_kinds(config),
         "metrics": final_metrics(config, model, data),
         "rank": attention_analysis(config, workdir, model, data),
         # Over the longest source and target: the keys each role attends over.

@@ -1,0 +1,56 @@
+"""What the config checks share: the error they raise and the checks of single fields, used by
+training/validate.py and by each task's own check_config (training/tasks.py)."""
+import os
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def choice(field: str, value, allowed) -> None:
+    if value not in allowed:
+        raise ConfigError(f"config.{field}={value!r} is not allowed; choose one of: {', '.join(allowed)}")
+
+
+def _get(config, dotted: str):
+    for part in dotted.split("."):
+        config = config[part]
+    return config
+
+
+def check_int(config, field: str, low: int) -> None:
+    """config.<field> (dotted) must be an integer >= low."""
+    value = _get(config, field)
+    if not isinstance(value, int) or value < low:
+        raise ConfigError(f"config.{field}={value!r} must be an integer >= {low}")
+
+
+def check_number(config, field: str, interval: str, why: str) -> None:
+    """config.<field> (dotted) must be a number in `interval`, e.g. "[0, 1)"; `why` explains it, if not empty."""
+    low, high = (float(end) for end in interval[1:-1].split(","))
+    value = _get(config, field)
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not (is_number and (low <= value if interval[0] == "[" else low < value) and value < high):
+        raise ConfigError(f"config.{field}={value!r} must be a number in {interval}" +
+                          (f"; {why}" if why else ""))
+
+
+def check_file(config, field: str) -> None:
+    path = config.dataset[field]
+    if not path:
+        raise ConfigError(f"config.dataset.{field} is empty; dataset.name={config.dataset.name!r} needs it")
+    if os.path.isdir(path):
+        raise ConfigError(f"config.dataset.{field}={path!r} is a directory; give the data file")
+    if not os.path.isfile(path):
+        raise ConfigError(f"config.dataset.{field}={path!r}: file not found")
+
+
+def check_fields_read(config, fields_by_name: dict[str, tuple[str, ...]]) -> None:
+    """fields_by_name: dataset.name -> the dataset fields only that name reads. Set for another name, they
+    would be silently ignored."""
+    for name, fields in fields_by_name.items():
+        for field in fields:
+            if config.dataset.name != name and config.dataset[field]:
+                raise ConfigError(f"config.dataset.{field}={config.dataset[field]!r} is read only when "
+                                  f"dataset.name={name!r} (it is {config.dataset.name!r}); add "
+                                  f"--config.dataset.name={name}, or leave {field} out")
