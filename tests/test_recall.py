@@ -18,6 +18,7 @@ from data import recall
 from models import LanguageModel, TransformerSpec
 from models.transformer import EncoderBlock, ShortConvolution
 from training import loop, validate
+from training import recall as recall_task
 from training.validate import ConfigError
 
 V, L, N = 64, 32, 4
@@ -262,3 +263,11 @@ def test_a_tiny_run_lowers_the_loss(trained):
     with open(os.path.join(workdir, "metrics.jsonl")) as f:
         losses = [line["loss"] for line in map(json.loads, f) if line["split"] == "train"]
     assert losses[-1] < losses[0] - 0.3, losses
+
+
+def test_eval_json_counts_the_examples_of_the_split_it_reports(tmp_path):
+    config = recall_config.get_config("tiny")
+    config.dataset.split = "validation"  # 32 examples, against the test split's 48
+    data = recall_task.prepare_data(config, str(tmp_path))
+    result = recall_task.evaluate_model(config, str(tmp_path), recall_task.create_model(config, data), data, 0)
+    assert (result["split"], result["num_examples"]) == ("validation", config.dataset.validation_size)

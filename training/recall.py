@@ -113,7 +113,7 @@ def evaluate_model(config, workdir: str, model, data: RecallData, step: int) -> 
         "step": int(step),
         "task": "recall",
         "split": dataset.split,
-        "num_examples": int(len(data.test["inputs"])),
+        "num_examples": int(len(getattr(data, dataset.split)["inputs"])),
         "attention": kinds,
         "metrics": summarize(totals),
         "rank": attention_analysis(config, workdir, model, data),
