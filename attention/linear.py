@@ -101,32 +101,41 @@ class PerformerAttention(KernelizedAttention):
         return feature_maps.features_of_exponent(exponent, stabiliser).astype(x.dtype), stabiliser
 
 
-def _check_even(option: str, value: int, why: str):
-    if value < 2 or value % 2:
-        raise ValueError(f"{option} must be a positive even integer, got {value}: {why}, which can "
-                         f"make the attention normaliser cross 0")
+class _ExactPolynomialAttention(KernelizedAttention):
+    """exp(q.k / sqrt(d)) replaced by a polynomial of it of even degree (odd ones are negative somewhere, and
+    the normaliser could cross 0), exactly, through symmetric monomial features of x = q d^-1/4."""
+
+    feature_map = None  # (x, degree) -> features
+    feature_count = None  # (head_dim, degree) -> the feature dimension
+
+    def _set_degree(self, option: str, degree: int, head_dim: int, why: str):
+        if degree < 2 or degree % 2:
+            raise ValueError(f"{option} must be a positive even integer, got {degree}: {why}, which can "
+                             f"make the attention normaliser cross 0")
+        self.degree, self.head_dim = degree, head_dim
+        self.feature_dim = self.feature_count(head_dim, degree)
+
+    def features(self, x):
+        return self.feature_map(_scaled_in_float32(x, self.head_dim), self.degree)
 
 
 @register("taylor")
-class TaylorAttention(KernelizedAttention):
+class TaylorAttention(_ExactPolynomialAttention):
     """exp(q.k / sqrt(d)) replaced by its Taylor series up to `taylor_order`, exactly, with
     C(d + p, p) features: the rank bound grows with the order as the series approaches softmax."""
+
+    feature_map = staticmethod(feature_maps.taylor_features)
+    feature_count = staticmethod(feature_maps.taylor_feature_dim)
 
     def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, eps: float = 1e-6,
                  chunk_size: int = 64, taylor_order: int = 2):
         super().__init__(eps=eps, chunk_size=chunk_size)
-        _check_even("taylor_order", taylor_order,
-                    "a Taylor series of exp cut at an odd order is negative somewhere (1 + x < 0 for x < -1)")
-        self.feature_dim = feature_maps.taylor_feature_dim(head_dim, taylor_order)
-        self.head_dim = head_dim
-        self.taylor_order = taylor_order
-
-    def features(self, x):
-        return feature_maps.taylor_features(_scaled_in_float32(x, self.head_dim), self.taylor_order)
+        self._set_degree("taylor_order", taylor_order, head_dim,
+                         "a Taylor series of exp cut at an odd order is negative somewhere (1 + x < 0 for x < -1)")
 
 
 @register("exp_limit")
-class ExpLimitAttention(KernelizedAttention):
+class ExpLimitAttention(_ExactPolynomialAttention):
     """exp(q.k / sqrt(d)) replaced by (1 + q.k / (n sqrt(d)))^n, exactly, with C(d + n, n) features.
 
     The feature dim C(d + n, n) for head_dim d and exp_limit_n n:
@@ -141,16 +150,13 @@ class ExpLimitAttention(KernelizedAttention):
     positions; n = 4 (5k to 800k) exceeds any usual length, and n = 6 is out of reach.
     """
 
+    feature_map = staticmethod(feature_maps.exp_limit_features)
+    feature_count = staticmethod(feature_maps.exp_limit_feature_dim)
+
     def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, eps: float = 1e-6,
                  chunk_size: int = 64, exp_limit_n: int = 2):
         super().__init__(eps=eps, chunk_size=chunk_size)
-        _check_even("exp_limit_n", exp_limit_n, "(1 + x/n)^n is negative for x < -n when n is odd")
-        self.feature_dim = feature_maps.exp_limit_feature_dim(head_dim, exp_limit_n)
-        self.head_dim = head_dim
-        self.exp_limit_n = exp_limit_n
-
-    def features(self, x):
-        return feature_maps.exp_limit_features(_scaled_in_float32(x, self.head_dim), self.exp_limit_n)
+        self._set_degree("exp_limit_n", exp_limit_n, head_dim, "(1 + x/n)^n is negative for x < -n when n is odd")
 
 
 @register("cosformer")

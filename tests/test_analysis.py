@@ -39,28 +39,17 @@ def test_numerical_rank_of_row_stochastic_linear_attention(rng):
     assert rank.rank_metrics(attention)["numerical_rank"] == 7
 
 
-def test_effective_rank_of_identity_is_n():
-    assert rank.rank_metrics(np.eye(9))["effective_rank"] == pytest.approx(9.0)
-
-
-def test_effective_rank_of_rank_one_is_one(rng):
+@pytest.mark.parametrize("metric", ["effective_rank", "stable_rank"])
+def test_soft_ranks_of_identity_and_rank_one(metric, rng):
+    assert rank.rank_metrics(np.eye(9))[metric] == pytest.approx(9.0)
     x, y = rng.normal(size=(8, 1)), rng.normal(size=(1, 5))
-    assert rank.rank_metrics(x @ y)["effective_rank"] == pytest.approx(1.0)
+    assert rank.rank_metrics(x @ y)[metric] == pytest.approx(1.0)
 
 
 def test_effective_rank_hand_computed():
     expected = math.exp(-(0.75 * math.log(0.75) + 0.25 * math.log(0.25)))
     assert rank.effective_rank(np.array([3.0, 1.0])) == pytest.approx(expected)
     assert rank.rank_metrics(np.diag([1.0, 3.0]))["effective_rank"] == pytest.approx(expected)
-
-
-def test_stable_rank_of_identity_is_n():
-    assert rank.rank_metrics(np.eye(9))["stable_rank"] == pytest.approx(9.0)
-
-
-def test_stable_rank_of_rank_one_is_one(rng):
-    x, y = rng.normal(size=(8, 1)), rng.normal(size=(1, 5))
-    assert rank.rank_metrics(x @ y)["stable_rank"] == pytest.approx(1.0)
 
 
 def test_stable_rank_hand_computed():

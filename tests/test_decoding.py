@@ -13,6 +13,7 @@ from flax import nnx
 from attention import MultiHeadAttention
 from models import EncoderDecoder, TransformerSpec
 from data.vocab import Vocabulary
+from token_batches import padded_sources
 from models.decoding import SpecialIds, beam_search, greedy_decode
 from models.rnn import RecurrentEncoderDecoder, RecurrentSpec
 from training import validate
@@ -134,12 +135,7 @@ def model(request):
 
 
 def _sources(seed=0, batch=3):
-    rng = np.random.default_rng(seed)
-    source = rng.integers(4, SOURCE_VOCAB, (batch, SOURCE_LENGTH))
-    for row, used in enumerate(rng.integers(2, SOURCE_LENGTH + 1, batch)):
-        source[row, used - 1] = EOS
-        source[row, used:] = PAD
-    return jnp.asarray(source, jnp.int32)
+    return padded_sources(seed, batch, SOURCE_LENGTH, SOURCE_VOCAB)
 
 
 def test_per_step_logits_equal_full_re_decoding(model):

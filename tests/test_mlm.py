@@ -12,6 +12,7 @@ from data import mlm_corpus
 from data.files import DatasetNotPreparedError
 from training import loop, mlm, validate
 from training.evaluate import evaluate
+from training.metrics import read_metrics
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +49,7 @@ def trained(text_files, tmp_path_factory):
 
 def test_a_tiny_run_lowers_its_loss(trained):
     _, workdir, _ = trained
-    with open(os.path.join(workdir, "metrics.jsonl")) as f:
-        losses = [line["loss"] for line in map(json.loads, f) if line["split"] == "train"]
+    losses = [line["loss"] for line in read_metrics(workdir) if line["split"] == "train"]
     assert losses[-1] < losses[0] - 0.5, losses
 
 

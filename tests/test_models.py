@@ -8,6 +8,7 @@ from flax import nnx
 
 from models import EncoderDecoder, TransformerSpec
 from data.vocab import Vocabulary
+from token_batches import padded_sources
 from models.decoding import DecodeState, SpecialIds, greedy_decode
 from training import translation
 
@@ -32,13 +33,8 @@ BOS, EOS, PAD = IDS
 _greedy = nnx.jit(lambda model, source, max_len: greedy_decode(model, source, max_len, ids=IDS), static_argnums=2)
 
 
-def _sources(seed=0, batch=6, length=7):
-    rng = np.random.default_rng(seed)
-    source = rng.integers(4, SOURCE_VOCAB, (batch, length))
-    for row, used in enumerate(rng.integers(2, length + 1, batch)):
-        source[row, used - 1] = EOS
-        source[row, used:] = PAD
-    return jnp.asarray(source, jnp.int32)
+def _sources(seed=0, batch=6):
+    return padded_sources(seed, batch, 7, SOURCE_VOCAB)
 
 
 def _reference_greedy(model, source, max_len):

@@ -18,6 +18,7 @@ from data import recall
 from models import LanguageModel, TransformerSpec
 from models.transformer import EncoderBlock, ShortConvolution
 from training import loop, validate
+from training.metrics import read_metrics
 from training import recall as recall_task
 from training.validate import ConfigError
 
@@ -260,8 +261,7 @@ def test_a_tiny_run_writes_the_recall_eval_json(trained):
 
 def test_a_tiny_run_lowers_the_loss(trained):
     _, workdir, _ = trained
-    with open(os.path.join(workdir, "metrics.jsonl")) as f:
-        losses = [line["loss"] for line in map(json.loads, f) if line["split"] == "train"]
+    losses = [line["loss"] for line in read_metrics(workdir) if line["split"] == "train"]
     assert losses[-1] < losses[0] - 0.3, losses
 
 

@@ -1,6 +1,5 @@
 """The recurrent encoder-decoder: cells against step-by-step numpy, attention kinds in the decoder against
 dense references (tests/reference_scored.py), a tiny run, the attention forms' config checks."""
-import json
 
 import jax
 import jax.numpy as jnp
@@ -11,6 +10,7 @@ from flax import nnx
 from kind_harness import reference_for
 from models.rnn import NO_ATTENTION, GRUCell, LSTMCell, RecurrentEncoderDecoder, RecurrentSpec, recur
 from training import loop, validate
+from training.metrics import read_metrics
 
 B, HIDDEN, VOCAB = 2, 8, 11
 
@@ -156,8 +156,7 @@ def test_a_tiny_run_lowers_the_loss_and_decodes_deterministically(tiny_config, t
     config = tiny_config(arg="tiny,rnn")
     config.num_train_steps, config.eval.plots = 40, True
     result = loop.train_and_evaluate(config, str(tmp_path))
-    with open(tmp_path / "metrics.jsonl") as f:
-        losses = [line["loss"] for line in map(json.loads, f) if line["split"] == "train"]
+    losses = [line["loss"] for line in read_metrics(str(tmp_path)) if line["split"] == "train"]
     assert losses[-1] < losses[0]
     assert result["attention"] == {"cross": "multiplicative"}
     assert {row["role"] for row in result["rank"]} == {"cross"}
