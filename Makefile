@@ -36,14 +36,14 @@ test-accelerator: setup
 	TEST_ACCELERATOR=1 $(PY) -m pytest -m accelerator $(PYTEST_ARGS)
 
 compare: setup
-	$(PY) scripts/compare.py --task=$(TASK) --preset=$(PRESET)
+	$(PY) -m scripts.compare --task=$(TASK) --preset=$(PRESET)
 
 # Benchmarks write JSON and markdown tables to reports/bench (see docs/benchmarks.md).
 bench: setup
-	$(PY) scripts/bench_train.py
-	$(PY) scripts/bench_attention.py
-	$(PY) scripts/bench_chunks.py
-	$(PY) scripts/bench_decode.py
+	$(PY) -m scripts.bench_train
+	$(PY) -m scripts.bench_attention
+	$(PY) -m scripts.bench_chunks
+	$(PY) -m scripts.bench_decode
 
 # On a GPU (or TPU) machine, in one command: the accelerator tests, a short bf16 run, every benchmark
 # (attention in float32 and bfloat16, masked and not, to 65,536 tokens; the chunk sweep) and the quick

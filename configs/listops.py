@@ -4,7 +4,7 @@
 Presets in the argument, comma separated:
   attention=<kind>   the encoder's self-attention kind (see `attention.names()`)
   pooling=<head>     cls, mean, feed_forward or structured (models/pooling.py)
-  quick              the study's budget on a 2-core CPU (scripts/compare.py --task=listops --preset=quick)
+  quick              the study's budget on a 2-core CPU (python -m scripts.compare --task=listops --preset=quick)
   full               Long Range Arena's lengths and sizes (500-2,000 tokens, depth 10, 96,000 examples),
                      for an accelerator
   tiny               a seconds-long run for tests and smoke checks

@@ -6,7 +6,7 @@ built locally as a TFDS dataset, with a SentencePiece vocabulary trained on its 
 Presets in the argument, comma separated:
   attention=<kind>   the encoder's self-attention kind (see `attention.names()`)
   corpus=<name>      the pydoc corpus: stdlib (the default) or scientific (the pinned packages' docstrings)
-  quick              the study's budget on a 2-core CPU (scripts/compare.py --preset=quick)
+  quick              the study's budget on a 2-core CPU (python -m scripts.compare --preset=quick)
   tiny               a seconds-long run for tests and smoke checks
 e.g. `--config=configs/mlm.py:attention=performer`.
 """

@@ -7,7 +7,7 @@ query positions (form "causal") or on predicting the [MASK] after each query (fo
 Presets in the argument, comma separated:
   attention=<kind>   the attention kind (see `attention.names()`)
   form=<form>        causal (a decoder-only language model) or bidirectional (an encoder)
-  quick              the study's budget on a 2-core CPU (scripts/compare.py --task=recall --preset=quick)
+  quick              the study's budget on a 2-core CPU (python -m scripts.compare --task=recall --preset=quick)
   full               the accelerator study's sizes: L = 256, V = 8,192, 4,000 steps of 128
   tiny               a seconds-long run for tests and smoke checks
 e.g. `--config=configs/recall.py:attention=linear,form=bidirectional --config.dataset.num_kv_pairs=16`.

@@ -1,7 +1,8 @@
 """The grids scripts/compare.py runs, as plain data: a config, the runs on it and how many seeds.
 
 Overrides map dotted config fields to values; each becomes `--config.<field>=<value>` on train.py's
-command line, the study's first, then the run's.
+command line, the study's first, then the run's. The studies listed in scripts/sweep.py's SWEEPS are also
+W&B sweeps, sweeps/<task>-<preset>.yaml, generated from them.
 """
 import dataclasses
 
@@ -73,9 +74,13 @@ def _rnn_runs() -> list[Run]:
     return [Run(f"rnn_{kind}", {**rnn, "attention.name": kind}) for kind in kinds]
 
 
-def _translation_runs() -> list[Run]:
+def _translation_transformer_runs() -> list[Run]:
     # head_dim 16; SCAN commands have at most 9 words, so no feature dim here is below the length.
-    return _rank_bound_grid((16, 64, 256), local_window=3) + _rnn_runs()
+    return _rank_bound_grid((16, 64, 256), local_window=3)
+
+
+def _translation_runs() -> list[Run]:
+    return _translation_transformer_runs() + _rnn_runs()
 
 
 def _translation_quick() -> Study:
@@ -84,6 +89,11 @@ def _translation_quick() -> Study:
 
 def _translation_full() -> Study:
     return Study("configs/translation.py", {}, _translation_runs(), seeds=3)
+
+
+def _translation_rank() -> Study:
+    """The full study's Transformer runs alone: a grid of kinds and feature dims, so also a W&B sweep."""
+    return Study("configs/translation.py", {}, _translation_transformer_runs(), seeds=3)
 
 
 def _translation_default() -> Study:
@@ -218,7 +228,8 @@ def _recall_full() -> Study:
 _STUDIES = {
     "mlm": {"quick": _mlm_quick, "full": _mlm_full, "long": _mlm_long},
     "translation": {"quick": _translation_quick, "full": _translation_full, "default": _translation_default,
-                    "kinds": _translation_kinds, "splits": _translation_splits, "forms": _translation_forms},
+                    "kinds": _translation_kinds, "splits": _translation_splits, "forms": _translation_forms,
+                    "rank": _translation_rank},
     "listops": {"quick": _listops_quick, "full": _listops_full},
     "recall": {"quick": _recall_quick, "bidirectional": _recall_bidirectional, "kinds": _recall_kinds,
                "anchors": _recall_anchors, "full": _recall_full},

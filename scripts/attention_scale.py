@@ -2,26 +2,24 @@
 Jacobian against d, with and without the scale, for random unit-variance q and k. JSON, PNG, report.md; the
 report quotes the lab's SCAN result of `dot` (unscaled) against `softmax` (scaled) from its results.json.
 
-  python scripts/attention_scale.py [--out reports/attention_scale] [--seed 0] [--max_dim 1024] [--pairs 20000]
+  python -m scripts.attention_scale [--out reports/attention_scale] [--seed 0] [--max_dim 1024] [--pairs 20000]
                                     [--length 128] [--key_sets 16] [--queries 32]
                                     [--scan_results reports/translation/kinds/results.json]
 """
-import argparse
 import json
 import math
 import os
 import sys
 
-# Run as a file, Python puts scripts/ rather than the repository root on the path.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import matplotlib  # noqa: E402
+import matplotlib
+from absl import flags
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from analysis.plots import counts_log_x  # noqa: E402
+from scripts import command_line  # noqa: E402
 
 SCALINGS = {"unscaled": "q.k", "scaled": "q.k / sqrt(d)"}
 STATISTICS = ("entropy", "jacobian_mean", "jacobian_median", "query_gradient_mean", "query_gradient_median")
@@ -122,7 +120,7 @@ def study(seed: int, dims: list[int], pairs: int, length: int, key_sets: int, qu
 def read_scan(path: str) -> dict:
     """Test exact match of `dot` and `softmax` in the translation kinds study: per seed, and their mean."""
     if not os.path.exists(path):
-        raise SystemExit(f"{path}: not found. It is written by `python scripts/compare.py --task=translation "
+        raise SystemExit(f"{path}: not found. It is written by `python -m scripts.compare --task=translation "
                          f"--preset=kinds`; or pass --scan_results with another study's results.json.")
     with open(path) as f:
         results = json.load(f)
@@ -289,26 +287,21 @@ def markdown(result: dict, scan: dict, scan_path: str, command: str) -> str:
 """
 
 
-def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="reports/attention_scale", help="folder for report.md, JSON and PNG")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max_dim", type=int, default=1024, help="largest d; d runs over powers of two from 2")
-    parser.add_argument("--pairs", type=int, default=20_000, help="(q, k) pairs per d for the variance")
-    parser.add_argument("--length", type=int, default=128, help="keys per softmax row, L")
-    parser.add_argument("--key_sets", type=int, default=16, help="independent sets of L keys per d")
-    parser.add_argument("--queries", type=int, default=32, help="queries per key set: rows of each softmax")
-    parser.add_argument("--scan_results", default="reports/translation/kinds/results.json",
-                        help="results.json of the translation kinds study, read for dot and softmax")
-    args = parser.parse_args(argv)
-    for name in ("max_dim", "pairs", "length", "key_sets", "queries"):
-        if getattr(args, name) < 2:
-            parser.error(f"--{name} must be >= 2, got {getattr(args, name)}")
-    return args
+FLAGS = flags.FlagValues()
+flags.DEFINE_string("out", "reports/attention_scale", "folder for report.md, JSON and PNG", flag_values=FLAGS)
+flags.DEFINE_integer("seed", 0, "seed of q and k", flag_values=FLAGS)
+flags.DEFINE_integer("max_dim", 1024, "largest d; d runs over powers of two from 2", lower_bound=2, flag_values=FLAGS)
+flags.DEFINE_integer("pairs", 20_000, "(q, k) pairs per d for the variance", lower_bound=2, flag_values=FLAGS)
+flags.DEFINE_integer("length", 128, "keys per softmax row, L", lower_bound=2, flag_values=FLAGS)
+flags.DEFINE_integer("key_sets", 16, "independent sets of L keys per d", lower_bound=2, flag_values=FLAGS)
+flags.DEFINE_integer("queries", 32, "queries per key set: rows of each softmax", lower_bound=2, flag_values=FLAGS)
+flags.DEFINE_string("scan_results", "reports/translation/kinds/results.json",
+                    "results.json of the translation kinds study, read for dot and softmax", flag_values=FLAGS)
 
 
 def main(argv=None) -> dict:
-    args = parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = command_line.parse(FLAGS, argv, __doc__)
     scan = read_scan(args.scan_results)  # before the study: a missing file should fail at once
     result = study(args.seed, dims_up_to(args.max_dim), args.pairs, args.length, args.key_sets, args.queries)
     result["scan"] = {"path": args.scan_results, **scan}
@@ -318,7 +311,7 @@ def main(argv=None) -> dict:
     paths = [os.path.join(args.out, name) for name in ("results.json", "report.md", "scale.png")]
     with open(paths[0], "w") as f:
         json.dump(result, f, indent=1)
-    command = "python scripts/attention_scale.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m scripts.attention_scale " + " ".join(argv)
     with open(paths[1], "w") as f:
         f.write(markdown(result, scan, args.scan_results, command.strip()))
     plot_scale(result, paths[2])

@@ -1,9 +1,9 @@
 """Forward+backward time and planned memory of ONE attention layer, by sequence length, in one run.
 
-  python scripts/bench_attention.py                      # softmax, linear, performer, reference; L 256..16384
-  python scripts/bench_attention.py --kinds=softmax,linear,performer,taylor,cosformer,reference \\
+  python -m scripts.bench_attention                      # softmax, linear, performer, reference; L 256..16384
+  python -m scripts.bench_attention --kinds=softmax,linear,performer,taylor,cosformer,reference \\
       --lengths=256,1024,4096 --repeats=3 --max_seconds=5
-  python scripts/bench_attention.py --dtype=bfloat16 --implementation=auto --lengths=1024,8192,65536 \\
+  python -m scripts.bench_attention --dtype=bfloat16 --implementation=auto --lengths=1024,8192,65536 \\
       --max_memory_gb=40                                 # on a GPU: cuDNN flash attention where it can run
 
 Inputs q, k, v [B, L, H, D] (--dtype, float32 or bfloat16, standard normal) go through one registered
@@ -53,23 +53,20 @@ attention.md (tables per mode: ms and MiB per kind, ratios softmax/linear and so
 attention.png (log-log time against L, a panel per mode). scripts/bench_chunks.py times the causal chunk
 sizes of the kernelised kinds with the same helpers.
 """
-import argparse
 import json
 import os
 import platform
-import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)  # run as a script from anywhere: the repository's packages must import
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import flags
+from flax import nnx
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from flax import nnx  # noqa: E402
-
-import attention  # noqa: E402
-from attention import fused  # noqa: E402
+import attention
+from attention import fused
+from scripts import command_line
 
 REFERENCE = "reference"  # jax.nn.dot_product_attention, not a registered kind
 DEFAULT_KINDS = "softmax,linear,performer," + REFERENCE
@@ -311,7 +308,8 @@ def measure_length(kinds, layers, causal, length, settings, stopped: dict, maske
             flops=candidate.flops, compile_s=candidate.compile_s, masked=masked, valid_keys=valid)
         slowest = max(ms / 1e3, candidate.warmup_s)
         if slowest > settings["max_seconds"]:
-            stopped[candidate.kind] = f"forward+backward {slowest:.2f} s > --max_seconds={settings['max_seconds']} at L={length}"
+            stopped[candidate.kind] = (f"forward+backward {slowest:.2f} s > --max_seconds={settings['max_seconds']} "
+                                       f"at L={length}")
     return [rows[kind] for kind in kinds]
 
 
@@ -531,54 +529,49 @@ def write_reports(result: dict, out: str, stem: str = "attention", to_markdown=m
 # --- command line ------------------------------------------------------------------------------------------
 
 
-def add_common_arguments(parser, lengths: str) -> None:
-    """The arguments bench_attention and bench_chunks share: the shapes, dtype, timing and budgets."""
-    parser.add_argument("--lengths", default=lengths, help="comma-separated sequence lengths")
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--head_dim", type=int, default=64)
-    parser.add_argument("--num_features", type=int, default=64, help="for the kinds that take it (performer)")
-    parser.add_argument("--dtype", default="float32", choices=DTYPES,
-                        help="of the inputs and the module's floating state")
-    parser.add_argument("--implementation", default="auto", choices=fused.IMPLEMENTATIONS,
-                        help="softmax's (and the reference's) kernel, for the kinds that take it: see "
-                             "attention/fused.py; cudnn is refused where it cannot run")
-    parser.add_argument("--repeats", type=int, default=5, help="timings per measurement; the median is kept")
-    parser.add_argument("--max_seconds", type=float, default=10.0,
-                        help="a kind slower than this per forward+backward skips its larger lengths")
-    parser.add_argument("--max_memory_gb", type=float, default=8.0,
-                        help="a kind whose planned memory exceeds this (GiB) is skipped from that length on")
-    parser.add_argument("--seed", type=int, default=0)
+def define_shape_flags(flag_values: flags.FlagValues, lengths: str) -> None:
+    """The flags of bench_attention, bench_chunks and bench_decode: the shapes, timings, seed and output."""
+    flags.DEFINE_string("lengths", lengths, "comma-separated sequence lengths", flag_values=flag_values)
+    flags.DEFINE_integer("batch", 1, "B", lower_bound=1, flag_values=flag_values)
+    flags.DEFINE_integer("heads", 4, "H", lower_bound=1, flag_values=flag_values)
+    flags.DEFINE_integer("head_dim", 64, "D", lower_bound=1, flag_values=flag_values)
+    flags.DEFINE_integer("num_features", 64, "for the kinds that take it (performer)", lower_bound=1,
+                         flag_values=flag_values)
+    flags.DEFINE_integer("repeats", 5, "timings per measurement; the median is kept", lower_bound=1,
+                         flag_values=flag_values)
+    flags.DEFINE_integer("seed", 0, "seed of the inputs and the module", flag_values=flag_values)
+    flags.DEFINE_string("out", "reports/bench", "folder for the JSON, markdown and PNG", flag_values=flag_values)
 
 
-def check_positive(parser, args, names=("batch", "heads", "head_dim", "num_features", "repeats")) -> None:
-    for name in names:
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+def define_common_flags(flag_values: flags.FlagValues, lengths: str) -> None:
+    """The flags bench_attention and bench_chunks share: the shapes, dtype, timing and budgets."""
+    define_shape_flags(flag_values, lengths)
+    flags.DEFINE_enum("dtype", "float32", DTYPES, "of the inputs and the module's floating state",
+                      flag_values=flag_values)
+    flags.DEFINE_enum("implementation", "auto", fused.IMPLEMENTATIONS, "softmax's (and the reference's) kernel, "
+                      "for the kinds that take it: see attention/fused.py; cudnn is refused where it cannot run",
+                      flag_values=flag_values)
+    flags.DEFINE_float("max_seconds", 10.0, "a kind slower than this per forward+backward skips its larger "
+                       "lengths", flag_values=flag_values)
+    flags.DEFINE_float("max_memory_gb", 8.0, "a kind whose planned memory exceeds this (GiB) is skipped from "
+                       "that length on", flag_values=flag_values)
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--kinds", default=DEFAULT_KINDS,
-                        help=f"comma-separated registered kinds and/or '{REFERENCE}' (jax.nn.dot_product_attention)")
-    add_common_arguments(parser, DEFAULT_LENGTHS)
-    parser.add_argument("--masks", default=",".join(MASKS),
-                        help="comma-separated: none (no mask), padding (the last --padding of the keys masked)")
-    parser.add_argument("--padding", type=float, default=0.1, help="fraction of the keys padded in mode padding")
-    parser.add_argument("--out", default="reports/bench")
-    args = parser.parse_args(argv)
-    check_positive(parser, args)
-    if not 0 <= args.padding < 1:
-        parser.error(f"--padding must be in [0, 1), got {args.padding}")
-    return args
-
-
+FLAGS = flags.FlagValues()
+flags.DEFINE_string("kinds", DEFAULT_KINDS, f"comma-separated registered kinds and/or '{REFERENCE}' "
+                    "(jax.nn.dot_product_attention)", flag_values=FLAGS)
+define_common_flags(FLAGS, DEFAULT_LENGTHS)
+flags.DEFINE_string("masks", ",".join(MASKS), "comma-separated: none (no mask), padding (the last --padding of "
+                    "the keys masked)", flag_values=FLAGS)
+flags.DEFINE_float("padding", 0.1, "fraction of the keys padded in mode padding", flag_values=FLAGS)
+flags.register_validator("padding", lambda padding: 0 <= padding < 1, "--padding must be in [0, 1)",
+                         flag_values=FLAGS)
 SETTINGS = ("batch", "heads", "head_dim", "num_features", "dtype", "implementation", "repeats", "max_seconds",
             "max_memory_gb", "seed")
 
 
 def main(argv=None) -> dict:
-    args = parse_args(argv)
+    args = command_line.parse(FLAGS, argv, __doc__)
     kinds, lengths, masks = parse_kinds(args.kinds), parse_lengths(args.lengths), parse_masks(args.masks)
     settings = {name: getattr(args, name) for name in SETTINGS}
     result = measure(kinds, lengths, {**settings, "masks": masks, "padding": args.padding})

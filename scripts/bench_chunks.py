@@ -1,7 +1,7 @@
 """Causal linear attention's chunk size, measured: forward+backward time per chunk C against softmax's.
 
-  python scripts/bench_chunks.py                                  # linear, C 16..256, L 1,024, 4,096, 8,192
-  python scripts/bench_chunks.py --kinds=linear,performer --chunk_sizes=0,32,64 --lengths=256,1024
+  python -m scripts.bench_chunks                                  # linear, C 16..256, L 1,024, 4,096, 8,192
+  python -m scripts.bench_chunks --kinds=linear,performer --chunk_sizes=0,32,64 --lengths=256,1024
 
 The causal form of a kernelised kind (attention/kernelized.py, `causal_linear_attention`) is quadratic
 inside chunks of C positions and linear across them, through prefix sums of per-chunk states. Per
@@ -21,21 +21,18 @@ kernel --implementation selects) is timed in the same rounds, so that every rati
 run: timing, warm-up, medians and budgets are scripts/bench_attention.py's. Writes chunks.json, chunks.md
 and chunks.png under --out.
 """
-import argparse
 import os
-import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)  # run as a script from anywhere: the repository's packages must import
+import jax
+from absl import flags
 
-import jax  # noqa: E402
-
-import attention  # noqa: E402
-from attention import chunking  # noqa: E402
-from scripts.bench_attention import (_brief, _feature_dim, add_common_arguments, build_layer,  # noqa: E402
-                                     check_positive, kind_options, machine, measure_length, parse_kinds,
-                                     parse_ints, parse_lengths, selected_implementation, write_reports)
+import attention
+from attention import chunking
+from scripts import command_line
+from scripts.bench_attention import (SETTINGS, _brief, _feature_dim, build_layer, define_common_flags, kind_options,
+                                     machine, measure_length, parse_ints, parse_kinds, parse_lengths,
+                                     selected_implementation, write_reports)
 
 DEFAULT_CHUNK_SIZES = "16,32,64,128,256"
 DEFAULT_LENGTHS = "1024,4096,8192"
@@ -216,27 +213,20 @@ def plot(result: dict, path: str) -> str:
 # --- command line ------------------------------------------------------------------------------------------
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--kinds", default="linear", help="comma-separated kernelised kinds (they take chunk_size)")
-    parser.add_argument("--chunk_sizes", default=DEFAULT_CHUNK_SIZES,
-                        help="comma-separated causal chunk sizes; 0: auto (attention/chunking.py)")
-    add_common_arguments(parser, DEFAULT_LENGTHS)
-    parser.add_argument("--out", default="reports/bench")
-    args = parser.parse_args(argv)
-    check_positive(parser, args)
-    return args
+FLAGS = flags.FlagValues()
+flags.DEFINE_string("kinds", "linear", "comma-separated kernelised kinds (they take chunk_size)", flag_values=FLAGS)
+flags.DEFINE_string("chunk_sizes", DEFAULT_CHUNK_SIZES, "comma-separated causal chunk sizes; 0: auto "
+                    "(attention/chunking.py)", flag_values=FLAGS)
+define_common_flags(FLAGS, DEFAULT_LENGTHS)
 
 
 def main(argv=None) -> dict:
-    args = parse_args(argv)
+    args = command_line.parse(FLAGS, argv, __doc__)
     kinds = parse_kinds(args.kinds)
     if without := [kind for kind in kinds if "chunk_size" not in attention.options(kind)]:
         raise SystemExit(f"--kinds: {', '.join(without)} take no chunk_size (not kernelised)")
     chunk_sizes, lengths = parse_ints("--chunk_sizes", args.chunk_sizes, 0), parse_lengths(args.lengths)
-    settings = {name: getattr(args, name) for name in ("batch", "heads", "head_dim", "num_features", "dtype",
-                                                       "implementation", "repeats", "max_seconds",
-                                                       "max_memory_gb", "seed")}
+    settings = {name: getattr(args, name) for name in SETTINGS}
     result = measure(kinds, chunk_sizes, lengths, settings)
     result["ratios"] = ratios(result)
     paths = write_reports(result, args.out, "chunks", markdown, plot)

@@ -1,8 +1,8 @@
 """Per-token time of incremental decoding through ONE causal self-attention layer, by buffer length.
 
-  python scripts/bench_decode.py                       # softmax (KV cache) and linear (state); L 128..8192
-  python scripts/bench_decode.py --kinds=softmax,linear,performer --lengths=256,4096 --repeats=3
-  python scripts/bench_decode.py --quick               # seconds: small lengths and heads (smoke test)
+  python -m scripts.bench_decode                       # softmax (KV cache) and linear (state); L 128..8192
+  python -m scripts.bench_decode --kinds=softmax,linear,performer --lengths=256,4096 --repeats=3
+  python -m scripts.bench_decode --quick               # seconds: small lengths and heads (smoke test)
 
 The layer is `attention.MultiHeadAttention(kind)` (projections included) decoding with its cache:
 `init_cache(B, L)` then `decode_step` for the last --steps positions L - steps .. L - 1 of a buffer of L
@@ -18,21 +18,18 @@ steps). Writes under --out: decode.json (machine, settings, one row per (kind, L
 token, tokens/s, and each kind's ratio of per-token time at the largest vs the smallest L) and
 decode.png (log-log per-token time against L).
 """
-import argparse
 import os
-import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)  # run as a script from anywhere: the repository's packages must import
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import flags
+from flax import nnx
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from flax import nnx  # noqa: E402
-
-import attention  # noqa: E402
-from scripts.bench_attention import (MAX_CALLS_PER_TIMING, REFERENCE, TIMING_SECONDS, machine,  # noqa: E402
+import attention
+from scripts import command_line
+from scripts.bench_attention import (MAX_CALLS_PER_TIMING, REFERENCE, TIMING_SECONDS, define_shape_flags, machine,
                                      parse_kinds, parse_lengths, seconds_per_call, write_reports)
 
 DEFAULT_LENGTHS = "128,512,2048,8192"
@@ -175,32 +172,19 @@ def plot(result: dict, path: str) -> str:
 # --- command line ------------------------------------------------------------------------------------------
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--kinds", default="softmax,linear", help="comma-separated registered kinds")
-    parser.add_argument("--lengths", default=DEFAULT_LENGTHS, help="comma-separated buffer lengths")
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--head_dim", type=int, default=64)
-    parser.add_argument("--num_features", type=int, default=64, help="for the kinds that take it (performer)")
-    parser.add_argument("--steps", type=int, default=64, help="tokens decoded per call (the last positions)")
-    parser.add_argument("--repeats", type=int, default=5, help="timings per measurement; the median is kept")
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke-test sizes: " + ", ".join(f"--{k}={v}" for k, v in QUICK.items()))
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="reports/bench")
-    args = parser.parse_args(argv)
-    if args.quick:
-        for name, value in QUICK.items():
-            setattr(args, name, value)
-    for name in ("batch", "heads", "head_dim", "num_features", "steps", "repeats"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
-    return args
+FLAGS = flags.FlagValues()
+flags.DEFINE_string("kinds", "softmax,linear", "comma-separated registered kinds", flag_values=FLAGS)
+define_shape_flags(FLAGS, DEFAULT_LENGTHS)  # lengths: of the buffer
+flags.DEFINE_integer("steps", 64, "tokens decoded per call (the last positions)", lower_bound=1, flag_values=FLAGS)
+flags.DEFINE_bool("quick", False, "smoke-test sizes: " + ", ".join(f"--{k}={v}" for k, v in QUICK.items()),
+                  flag_values=FLAGS)
 
 
 def main(argv=None) -> dict:
-    args = parse_args(argv)
+    args = command_line.parse(FLAGS, argv, __doc__)
+    if args.quick:
+        for name, value in QUICK.items():
+            setattr(args, name, value)
     kinds, lengths = parse_kinds(args.kinds), parse_lengths(args.lengths)
     if REFERENCE in kinds:
         raise SystemExit(f"--kinds: {REFERENCE!r} has no incremental decoding; choose registered kinds")

@@ -1,8 +1,8 @@
 """Time of the rank analysis of a model's attention weights, by sequence length: the device path against the
 host path it replaced.
 
-  python scripts/bench_rank.py                             # 2 layers, B 1, 4 heads; L 128, 512, 1,024, 4,096
-  python scripts/bench_rank.py --lengths=128,1024,2048 --heads=8 --old_max_length=1024
+  python -m scripts.bench_rank                             # 2 layers, B 1, 4 heads; L 128, 512, 1,024, 4,096
+  python -m scripts.bench_rank --lengths=128,1024,2048 --heads=8 --old_max_length=1024
 
 Input: the weights one role's attention gives to the analysis, [layers, B, H, L, L] float32 on the default
 device: softmax(q k^T / sqrt(D)) of standard-normal q and k [layers, B, H, L, D] (no padding).
@@ -22,15 +22,11 @@ whose first call takes over --max_seconds is timed by that call alone (it then i
 well under a second). Run as a script, OpenBLAS gets one thread unless OPENBLAS_NUM_THREADS is set (below).
 Writes rank.json (machine, settings, one row per L) and rank.md under --out.
 """
-import argparse
 import json
 import os
 import platform
-import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)  # run as a script from anywhere: the repository's packages must import
 if __name__ == "__main__":  # before numpy loads OpenBLAS, and not for a process that imports this module
     # numpy's SVD and jax's CPU one both run on OpenBLAS, whose worker threads spin while they wait. With
     # other processes on this 2-core machine's cores that made either path up to 50x slower (the analysis
@@ -40,8 +36,10 @@ if __name__ == "__main__":  # before numpy loads OpenBLAS, and not for a process
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from absl import flags  # noqa: E402
 
 from analysis import rank  # noqa: E402
+from scripts import command_line  # noqa: E402
 from scripts.bench_attention import parse_lengths  # noqa: E402
 
 ROLE = "encoder_self"  # any role: the analysis does not depend on which
@@ -157,29 +155,23 @@ def markdown(result: dict) -> str:
         table(result), ""])
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--lengths", default="128,512,1024,4096", help="comma-separated sequence lengths")
-    parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--head_dim", type=int, default=64)
-    parser.add_argument("--old_max_length", type=int, default=4096,
-                        help="the old path runs in full up to this length (above it, extrapolated only)")
-    parser.add_argument("--repeats", type=int, default=3, help="timings per measurement; the median is kept")
-    parser.add_argument("--max_seconds", type=float, default=20.0,
-                        help="a path whose first call takes longer is timed by that call alone")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="reports/bench")
-    args = parser.parse_args(argv)
-    for name in ("layers", "batch", "heads", "head_dim", "repeats"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
-    return args
+FLAGS = flags.FlagValues()
+flags.DEFINE_string("lengths", "128,512,1024,4096", "comma-separated sequence lengths", flag_values=FLAGS)
+flags.DEFINE_integer("layers", 2, "layers of weights", lower_bound=1, flag_values=FLAGS)
+flags.DEFINE_integer("batch", 1, "B", lower_bound=1, flag_values=FLAGS)
+flags.DEFINE_integer("heads", 4, "H", lower_bound=1, flag_values=FLAGS)
+flags.DEFINE_integer("head_dim", 64, "D", lower_bound=1, flag_values=FLAGS)
+flags.DEFINE_integer("old_max_length", 4096, "the old path runs in full up to this length (above it, "
+                     "extrapolated only)", flag_values=FLAGS)
+flags.DEFINE_integer("repeats", 3, "timings per measurement; the median is kept", lower_bound=1, flag_values=FLAGS)
+flags.DEFINE_float("max_seconds", 20.0, "a path whose first call takes longer is timed by that call alone",
+                   flag_values=FLAGS)
+flags.DEFINE_integer("seed", 0, "seed of q and k", flag_values=FLAGS)
+flags.DEFINE_string("out", "reports/bench", "folder for rank.json and rank.md", flag_values=FLAGS)
 
 
 def main(argv=None) -> dict:
-    args = parse_args(argv)
+    args = command_line.parse(FLAGS, argv, __doc__)
     settings = {name: getattr(args, name) for name in
                 ("layers", "batch", "heads", "head_dim", "old_max_length", "repeats", "max_seconds", "seed")}
     result = measure(parse_lengths(args.lengths), settings)

@@ -1,8 +1,8 @@
 """Training speed of whole configs, measured in one run: time per step, tokens/s, achieved FLOP/s.
 
-  python scripts/bench_train.py                                   # Transformer vs RNN on SCAN, MLM
-  python scripts/bench_train.py --configs=configs/translation.py,configs/translation.py:rnn --rounds=7
-  python scripts/bench_train.py --batches=host,prefetch           # the input pipeline's cost
+  python -m scripts.bench_train                                   # Transformer vs RNN on SCAN, MLM
+  python -m scripts.bench_train --configs=configs/translation.py,configs/translation.py:rnn --rounds=7
+  python -m scripts.bench_train --batches=host,prefetch           # the input pipeline's cost
 
 Each config's jitted train step is compiled once, then timed in rounds that alternate between the
 configs, so that noise from a shared machine falls on all of them alike; a config's time is its median
@@ -13,26 +13,22 @@ compared with is measured in the same run. Writes JSON and a markdown table unde
 alone); "host", made in the loop before each step (the training loop before batches were prefetched);
 "prefetch", made ahead by data/prefetch.py's thread (the training loop now). Each is its own row.
 """
-import argparse
 import json
 import os
 import platform
-import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)  # run as a script from anywhere: the repository's packages must import
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import flags, logging
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from absl import logging  # noqa: E402
-
-from configs import mlm as mlm_config  # noqa: E402
-from configs import recall as recall_config  # noqa: E402
-from configs import translation as translation_config  # noqa: E402
-from data.prefetch import prefetch  # noqa: E402
-from training import sharding, steps, tasks, validate  # noqa: E402
+from configs import mlm as mlm_config
+from configs import recall as recall_config
+from configs import translation as translation_config
+from data.prefetch import prefetch
+from scripts import command_line
+from training import sharding, steps, tasks, validate
 
 CONFIG_MODULES = {"configs/translation.py": translation_config, "configs/mlm.py": mlm_config,
                   "configs/recall.py": recall_config}
@@ -154,22 +150,25 @@ def table(result: dict) -> str:
         flops = "-" if row["flops_per_step"] is None else f"{row['flops_per_step'] / 1e9:.2f}"
         rate = "-" if row["flops_per_sec"] is None else f"{row['flops_per_sec'] / 1e9:.1f}"
         fraction = "-" if row["fraction_of_matmul"] is None else f"{100 * row['fraction_of_matmul']:.0f}%"
-        lines.append(f"| `{row['config']}` | {row['batches']} | {row['ms_per_step']:.1f} | {row['ms_per_step'] / first:.2f} | "
-                     f"{row['tokens_per_sec']:,.0f} | {flops} | {rate} | {fraction} |")
+        lines.append(f"| `{row['config']}` | {row['batches']} | {row['ms_per_step']:.1f} | "
+                     f"{row['ms_per_step'] / first:.2f} | {row['tokens_per_sec']:,.0f} | {flops} | {rate} | "
+                     f"{fraction} |")
     lines.append(f"\nDense float32 1024x1024 matmul in the same run: "
                  f"{result['matmul_flops_per_sec'] / 1e9:.1f} GFLOP/s.")
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--configs", default=DEFAULT_CONFIGS, help="comma-separated FILE[:PRESETS]")
-    parser.add_argument("--batches", default="fixed", help=f"comma-separated, of {', '.join(BATCH_SOURCES)}")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--steps_per_round", type=int, default=20)
-    parser.add_argument("--out", default="reports/bench")
-    parser.add_argument("--workdir", default="runs/bench", help="vocabularies of the translation configs")
-    args = parser.parse_args()
+FLAGS = flags.FlagValues()
+flags.DEFINE_string("configs", DEFAULT_CONFIGS, "comma-separated FILE[:PRESETS]", flag_values=FLAGS)
+flags.DEFINE_string("batches", "fixed", f"comma-separated, of {', '.join(BATCH_SOURCES)}", flag_values=FLAGS)
+flags.DEFINE_integer("rounds", 5, "timing rounds; a config's time is its median round", flag_values=FLAGS)
+flags.DEFINE_integer("steps_per_round", 20, "train steps per config in a round", flag_values=FLAGS)
+flags.DEFINE_string("out", "reports/bench", "folder for train.json and train.md", flag_values=FLAGS)
+flags.DEFINE_string("workdir", "runs/bench", "vocabularies of the translation configs", flag_values=FLAGS)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = command_line.parse(FLAGS, argv, __doc__)
     logging.set_verbosity(logging.WARNING)
     sources = args.batches.split(",")
     if unknown := sorted(set(sources) - set(BATCH_SOURCES)):

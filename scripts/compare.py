@@ -1,16 +1,15 @@
 """Trains a study's grid of attention kinds over several seeds in parallel, then writes its report.
 
-  python scripts/compare.py --task=mlm                                  # preset quick
-  python scripts/compare.py --task=translation --preset=kinds --jobs=2
-  python scripts/compare.py --task=mlm --only=softmax,linear --seeds=1 -- --config.wandb.mode=disabled
+  python -m scripts.compare --task=mlm                                  # preset quick
+  python -m scripts.compare --task=translation --preset=kinds --jobs=2
+  python -m scripts.compare --task=mlm --only=softmax,linear --seeds=1 -- --config.wandb.mode=disabled
 
-The grids are in configs/studies.py. Each (run, seed) trains in its own process and workdir,
-<runs_dir>/<task>/<preset>/<run>/seed<k> (its log in train.log there); one whose eval.json is at the
-config's last step is skipped, so an interrupted study resumes. Arguments after `--` go to every train.py
-run. The report (tables, plots) goes to <reports_dir>/<task>/report.md for the quick preset and to
-<reports_dir>/<task>/<preset>/report.md for the others, from every run that finished.
+From the repository root. The grids are in configs/studies.py. Each (run, seed) trains in its own process
+and workdir, <runs_dir>/<task>/<preset>/<run>/seed<k> (its log in train.log there); one whose eval.json is
+at the config's last step is skipped, so an interrupted study resumes. Arguments after `--` go to every
+train.py run. The report (tables, plots) goes to <reports_dir>/<task>/report.md for the quick preset and
+to <reports_dir>/<task>/<preset>/report.md for the others, from every run that finished.
 """
-import argparse
 import concurrent.futures
 import os
 import queue
@@ -19,42 +18,41 @@ import subprocess
 import sys
 import time
 
+from absl import flags
+
+from analysis import plots, report
+from configs import studies
+from scripts import command_line
+from training import devices
+from training.metrics import read_metrics
+from training.workdirs import CONFIG_FILE, WorkdirError, read_json
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)  # run as a script from anywhere: the repository's packages must import
-
-from analysis import plots, report  # noqa: E402
-from configs import studies  # noqa: E402
-from training import devices  # noqa: E402
-from training.metrics import read_metrics  # noqa: E402
-from training.workdirs import CONFIG_FILE, WorkdirError, read_json  # noqa: E402
-
-JOBS_HELP = "training processes at once (default: one per GPU, one on a TPU, one per CPU core without them)"
 Job = tuple[str, list[str], str]  # (label, train.py command, workdir) of one (run, seed)
 
 
-def positive_int(text: str) -> int:
-    if int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
-    return int(text)
+def define_study_flags(flag_values: flags.FlagValues) -> None:
+    """The flags of a study's run, compare's and scripts/sweep.py's (which runs a sweep's study)."""
+    flags.DEFINE_integer("seeds", None, "seeds per run (default: the study's)", lower_bound=1,
+                         flag_values=flag_values)
+    flags.DEFINE_integer("jobs", None, "training processes at once (default: one per GPU, one on a TPU, one per "
+                         "CPU core without them)", lower_bound=1, flag_values=flag_values)
+    flags.DEFINE_string("only", "", "comma-separated subset of the study's run names", flag_values=flag_values)
+    flags.DEFINE_string("runs_dir", "runs/compare", "workdirs go to <runs_dir>/<task>/<preset>",
+                        flag_values=flag_values)
+    flags.DEFINE_string("reports_dir", "reports", "the report goes to <reports_dir>/<task>[/<preset>]",
+                        flag_values=flag_values)
+
+
+FLAGS = flags.FlagValues()
+flags.DEFINE_enum("task", None, sorted(studies.presets()), "the study's task", required=True, flag_values=FLAGS)
+flags.DEFINE_string("preset", "quick", "the study of the task: see configs/studies.py", flag_values=FLAGS)
+define_study_flags(FLAGS)
 
 
 def split_extra(argv: list[str]) -> tuple[list[str], list[str]]:
     """The arguments before `--`, and those after it (for every train.py run)."""
     return (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
-
-
-def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    """The script's own flags, and the arguments after `--` for train.py."""
-    own, extra = split_extra(argv)
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--task", required=True, choices=sorted(studies.presets()))
-    parser.add_argument("--preset", default="quick", help="see configs/studies.py")
-    parser.add_argument("--seeds", type=positive_int, help="seeds per run (default: the study's)")
-    parser.add_argument("--jobs", type=positive_int, help=JOBS_HELP)
-    parser.add_argument("--only", default="", help="comma-separated subset of the study's run names")
-    parser.add_argument("--runs_dir", default="runs/compare")
-    parser.add_argument("--reports_dir", default="reports")
-    return parser.parse_args(own), extra
 
 
 def select_runs(study: studies.Study, only: str) -> list[studies.Run]:
@@ -247,39 +245,49 @@ def _jobs(study: studies.Study, runs: list[studies.Run], seeds: range, workdirs:
             for run in runs for seed, workdir in zip(seeds, workdirs[run.name])]
 
 
-def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    args, extra = parse_args(argv)
+def _write_report(task: str, preset: str, command: str, results: dict[str, list[dict]],
+                  workdirs: dict[str, list[str]], out_dir: str, spectra: dict, head_dim: int | None) -> None:
+    """The report of the results (run name -> seeds' results), curves.png from their workdirs' metrics."""
+    records = curve_records(results, workdirs)
+    if any(record["split"] == "eval" for seeds in records.values() for lines in seeds for record in lines):
+        plots.plot_validation_curves(records, report.METRICS[task][0], os.path.join(out_dir, plots.CURVES_PLOT))
+    else:  # e.g. trained on the whole released SCAN files: no validation split, no curve
+        print("no periodic evaluation in these runs' metrics.jsonl: no curves.png", flush=True)
+    path = report.write_report(task, preset, command, results, spectra, out_dir, head_dim)
+    print(f"\n{report.accuracy_table(task, results)}\n\nreport: {path}", flush=True)
+
+
+def run_study(task: str, preset: str, options, extra: list[str], command: str) -> None:
+    """Trains the study (task, preset) as the study flags in `options` say (`define_study_flags`), each
+    run with the arguments `extra`, then reports it under `command`, the command line that ran it."""
     try:
-        study = studies.get_study(args.task, args.preset)
-        runs = select_runs(study, args.only)
+        study = studies.get_study(task, preset)
+        runs = select_runs(study, options.only)
     except ValueError as error:
         raise SystemExit(str(error)) from None
-    seeds = range(args.seeds or study.seeds)
+    seeds = range(options.seeds or study.seeds)
     # Absolute: train.py runs in the repository root, while relative flags mean the caller's directory.
-    runs_dir = os.path.abspath(args.runs_dir)
-    workdirs = {run.name: [run_workdir(runs_dir, args.task, args.preset, run, seed) for seed in seeds]
-                for run in runs}
+    runs_dir = os.path.abspath(options.runs_dir)
+    workdirs = {run.name: [run_workdir(runs_dir, task, preset, run, seed) for seed in seeds] for run in runs}
     try:  # a workdir's config.json or eval.json that does not read names itself
-        failed = run_jobs(_jobs(study, runs, seeds, workdirs, f"{args.task}-{args.preset}", extra), args.jobs)
+        failed = run_jobs(_jobs(study, runs, seeds, workdirs, f"{task}-{preset}", extra), options.jobs)
         results, spectra, head_dim = load_results(workdirs)
     except WorkdirError as error:
         raise SystemExit(str(error)) from None
-    results = select_by_validation(args.task, results, runs)
+    results = select_by_validation(task, results, runs)
     spectra = {name: spectra[evals[0]["run"]] for name, evals in results.items() if evals[0]["run"] in spectra}
     if results:
-        command = shlex.join(["python", "scripts/compare.py", *argv])
-        out_dir = report_dir(args.reports_dir, args.task, args.preset)
-        records = curve_records(results, workdirs)
-        if any(record["split"] == "eval" for seeds in records.values() for lines in seeds for record in lines):
-            plots.plot_validation_curves(records, report.METRICS[args.task][0],
-                                         os.path.join(out_dir, plots.CURVES_PLOT))
-        else:  # e.g. trained on the whole released SCAN files: no validation split, no curve
-            print("no periodic evaluation in these runs' metrics.jsonl: no curves.png", flush=True)
-        path = report.write_report(args.task, args.preset, command, results, spectra, out_dir, head_dim)
-        print(f"\n{report.accuracy_table(args.task, results)}\n\nreport: {path}", flush=True)
+        _write_report(task, preset, command, results, workdirs, report_dir(options.reports_dir, task, preset),
+                      spectra, head_dim)
     if failed:
         raise SystemExit(f"failed runs: {', '.join(failed)}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    own, extra = split_extra(argv)
+    args = command_line.parse(FLAGS, own, __doc__)
+    run_study(args.task, args.preset, args, extra, shlex.join(["python", "-m", "scripts.compare", *argv]))
 
 
 if __name__ == "__main__":

@@ -1,33 +1,38 @@
 """Size of an MLM config's corpus per split: documents, words, SentencePiece tokens, packed sequences.
 
-  python scripts/corpus_stats.py                       # the default corpus (configs/mlm.py)
-  python scripts/corpus_stats.py --corpus=scientific   # the pydoc corpus of the pinned packages
-  python scripts/corpus_stats.py --config=configs/mlm.py --config.dataset.vocab_size=8000
+  python -m scripts.corpus_stats                       # the default corpus (configs/mlm.py)
+  python -m scripts.corpus_stats --corpus=scientific   # the pydoc corpus of the pinned packages
+  python -m scripts.corpus_stats --config=configs/mlm.py --config.dataset.vocab_size=8000
 """
-import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)  # run as a script from anywhere: the repository's packages must import
+from absl import flags, logging
+from ml_collections import config_flags
 
-from absl import app, flags, logging  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
-
-from data import mlm_corpus, text_corpus  # noqa: E402
-from data.mlm import pack  # noqa: E402
-from training import mlm, validate  # noqa: E402
-
-_CONFIG = config_flags.DEFINE_config_file("config", os.path.join(ROOT, "configs", "mlm.py"), "MLM config.")
-_CORPUS = flags.DEFINE_enum("corpus", None, text_corpus.CORPORA,
-                            "The pydoc corpus to measure (sets dataset.name=pydoc and dataset.corpus).")
+from data import mlm_corpus, text_corpus
+from data.mlm import pack
+from scripts import command_line
+from training import mlm, validate
 
 
-def main(argv):
-    del argv
+def flag_values(argv: list[str]) -> flags.FlagValues:
+    """The script's flags for the command line `argv`: config_flags defines a flag for each --config.<field>
+    override it finds in the command line it is given."""
+    defined = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", "configs/mlm.py", "MLM config.", flag_values=defined,
+                                    sys_argv=["", *argv])
+    flags.DEFINE_enum("corpus", None, text_corpus.CORPORA,
+                      "The pydoc corpus to measure (sets dataset.name=pydoc and dataset.corpus).", flag_values=defined)
+    return defined
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    args = command_line.parse(flag_values(argv), argv, __doc__)
     logging.set_verbosity(logging.WARNING)
-    config = _CONFIG.value
-    if _CORPUS.value:
-        config.dataset.name, config.dataset.corpus = "pydoc", _CORPUS.value
+    config = args.config
+    if args.corpus:
+        config.dataset.name, config.dataset.corpus = "pydoc", args.corpus
     validate.validate(config)
     data = mlm.prepare_data(config, workdir="")
     dataset = config.dataset
@@ -43,4 +48,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    main()

@@ -4,7 +4,7 @@
 # runtime block of its config.json; bench_attention.py in float32 (--implementation=auto) and in
 # bfloat16 (auto and xla), unmasked and with key padding, lengths up to 65,536; the causal chunk sweep
 # (bench_chunks.py) in float32 and bfloat16; bench_train.py; bench_decode.py; the quick studies
-# (compare.py --task=mlm and --task=recall, --preset=quick); then OUT/summary.md.
+# (python -m scripts.compare --task=mlm and --task=recall, --preset=quick); then OUT/summary.md.
 #
 # Usage:
 #   scripts/gpu_check.sh [--out=DIR] [--quick] [--skip-tests] [--skip-studies]
@@ -101,19 +101,19 @@ short_training_run() {  # train.py's tiny MLM run in bfloat16 in a temporary wor
 }
 
 bench_attention() {  # bench_attention DTYPE IMPLEMENTATION
-  "$PYTHON" scripts/bench_attention.py --kinds=softmax,linear,performer,reference --dtype="$1" \
+  "$PYTHON" -m scripts.bench_attention --kinds=softmax,linear,performer,reference --dtype="$1" \
     --implementation="$2" --masks=none,padding --lengths="$ATTENTION_LENGTHS" --repeats="$REPEATS" \
     --max_memory_gb="$MAX_MEMORY_GB" "${ATTENTION_SIZES[@]}" --out="$OUT/attention-$1-$2"
 }
 
 bench_chunks() {  # bench_chunks DTYPE
-  "$PYTHON" scripts/bench_chunks.py --kinds=linear --dtype="$1" --chunk_sizes="$CHUNK_SIZES" \
+  "$PYTHON" -m scripts.bench_chunks --kinds=linear --dtype="$1" --chunk_sizes="$CHUNK_SIZES" \
     --lengths="$CHUNK_LENGTHS" --repeats="$REPEATS" --max_memory_gb="$MAX_MEMORY_GB" "${ATTENTION_SIZES[@]}" \
     --out="$OUT/chunks-$1"
 }
 
 study() {  # study TASK
-  "$PYTHON" scripts/compare.py --task="$1" --preset=quick --runs_dir="$OUT/studies/runs" \
+  "$PYTHON" -m scripts.compare --task="$1" --preset=quick --runs_dir="$OUT/studies/runs" \
     --reports_dir="$OUT/studies"
 }
 
@@ -125,9 +125,9 @@ run_step attention-bfloat16-auto bench_attention bfloat16 auto
 run_step attention-bfloat16-xla bench_attention bfloat16 xla
 run_step chunks-float32 bench_chunks float32
 run_step chunks-bfloat16 bench_chunks bfloat16
-run_step bench-train "$PYTHON" scripts/bench_train.py "${TRAIN_BENCH[@]}" --workdir="$SCRATCH/bench-train" \
+run_step bench-train "$PYTHON" -m scripts.bench_train "${TRAIN_BENCH[@]}" --workdir="$SCRATCH/bench-train" \
   --out="$OUT/train"
-run_step bench-decode "$PYTHON" scripts/bench_decode.py "${DECODE_BENCH[@]}" --out="$OUT/decode"
+run_step bench-decode "$PYTHON" -m scripts.bench_decode "${DECODE_BENCH[@]}" --out="$OUT/decode"
 if [[ $SKIP_STUDIES == 1 ]]; then
   skip_step study-mlm "SKIP_STUDIES=1"
   skip_step study-recall "SKIP_STUDIES=1"

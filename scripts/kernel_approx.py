@@ -1,17 +1,23 @@
 """Error of Performer, Taylor and (1 + x/n)^n features against exp(q.k / sqrt d): JSON, PNG, table.
 
-  python scripts/kernel_approx.py [--dim 16] [--out reports/kernel_approx] [--seed 0] [--pairs 256]
+  python -m scripts.kernel_approx [--dim 16] [--out reports/kernel_approx] [--seed 0] [--pairs 256]
                                   [--draws 8]
 """
-import argparse
 import json
 import os
-import sys
 
-# Run as a file, Python puts scripts/ rather than the repository root on the path.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from absl import flags
 
-from analysis import kernel_approx  # noqa: E402
+from analysis import kernel_approx
+from scripts import command_line
+
+FLAGS = flags.FlagValues()
+flags.DEFINE_integer("dim", 16, "dimension d of q and k", flag_values=FLAGS)
+flags.DEFINE_string("out", "reports/kernel_approx", "folder for the JSON and the PNG", flag_values=FLAGS)
+flags.DEFINE_integer("seed", 0, "seed of the pairs and projections", flag_values=FLAGS)
+flags.DEFINE_integer("pairs", 256, "random (q, k) pairs per norm", flag_values=FLAGS)
+flags.DEFINE_integer("draws", 8, "Performer projections per kind (smaller m use their leading rows)",
+                     flag_values=FLAGS)
 
 
 def error_table(result: dict) -> str:
@@ -43,16 +49,8 @@ def monotonicity_summary(result: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dim", type=int, default=16, help="dimension d of q and k")
-    parser.add_argument("--out", default="reports/kernel_approx", help="folder for the JSON and the PNG")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--pairs", type=int, default=256, help="random (q, k) pairs per norm")
-    parser.add_argument("--draws", type=int, default=8,
-                        help="Performer projections per kind (smaller m use their leading rows)")
-    args = parser.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    args = command_line.parse(FLAGS, argv, __doc__)
 
     result = kernel_approx.kernel_approximation_study(
         args.dim, seed=args.seed, num_pairs=args.pairs, num_draws=args.draws)

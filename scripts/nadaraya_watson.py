@@ -1,20 +1,17 @@
 """Attention as Nadaraya-Watson kernel regression on a 1-D toy problem: average pooling, a fixed Gaussian kernel
 and one of learned width, the last two through the lab's `gaussian` attention kind. JSON, two PNGs, report.md.
 
-  python scripts/nadaraya_watson.py [--out reports/nadaraya_watson] [--seed 0] [--num_train 50]
+  python -m scripts.nadaraya_watson [--out reports/nadaraya_watson] [--seed 0] [--num_train 50]
                                     [--noise_std 0.5] [--steps 1000] [--learning_rate 1.0]
 """
-import argparse
 import json
 import os
 import sys
 
-# Run as a file, Python puts scripts/ rather than the repository root on the path.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import matplotlib  # noqa: E402
+import jax
+import jax.numpy as jnp
+import matplotlib
+from absl import flags
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -23,6 +20,7 @@ import optax  # noqa: E402
 from flax import nnx  # noqa: E402
 
 import attention  # noqa: E402
+from scripts import command_line  # noqa: E402
 
 TEST_QUERIES = np.arange(50, dtype=np.float32) * 0.1  # 0, 0.1, ..., 4.9
 DOMAIN = (0.0, 5.0)
@@ -348,22 +346,19 @@ Attention weights of the test queries over the training keys, each panel on its 
 """
 
 
-def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="reports/nadaraya_watson", help="folder for report.md, JSON and PNGs")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the training inputs and their noise")
-    parser.add_argument("--num_train", type=int, default=50)
-    parser.add_argument("--noise_std", type=float, default=0.5)
-    parser.add_argument("--steps", type=int, default=1000, help="Adam steps on the kernel's raw precision")
-    parser.add_argument("--learning_rate", type=float, default=1.0)
-    args = parser.parse_args(argv)
-    if args.num_train < 2:
-        parser.error(f"--num_train must be >= 2 (leave-one-out needs another point), got {args.num_train}")
-    return args
+FLAGS = flags.FlagValues()
+flags.DEFINE_string("out", "reports/nadaraya_watson", "folder for report.md, JSON and PNGs", flag_values=FLAGS)
+flags.DEFINE_integer("seed", 0, "seed of the training inputs and their noise", flag_values=FLAGS)
+flags.DEFINE_integer("num_train", 50, "training points (leave-one-out needs another point)", lower_bound=2,
+                     flag_values=FLAGS)
+flags.DEFINE_float("noise_std", 0.5, "std of the training targets' noise", flag_values=FLAGS)
+flags.DEFINE_integer("steps", 1000, "Adam steps on the kernel's raw precision", flag_values=FLAGS)
+flags.DEFINE_float("learning_rate", 1.0, "Adam's", flag_values=FLAGS)
 
 
 def main(argv=None) -> dict:
-    args = parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = command_line.parse(FLAGS, argv, __doc__)
     print(f"training the width: {args.steps} steps on {args.num_train} points")
     result = study(args.seed, args.num_train, args.noise_std, args.steps, args.learning_rate)
     print(mse_table(result))
@@ -373,7 +368,7 @@ def main(argv=None) -> dict:
     with open(paths[0], "w") as f:
         # The attention matrices are for the heat maps only: the JSON keeps what they are computed from.
         json.dump({key: value for key, value in result.items() if key != "weights"}, f, indent=1)
-    command = "python scripts/nadaraya_watson.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m scripts.nadaraya_watson " + " ".join(argv)
     with open(paths[1], "w") as f:
         f.write(markdown(result, command.strip()))
     plot_fit(result, paths[2])

@@ -1,17 +1,17 @@
 """Markdown tables of test metrics and mean attention ranks per role, from the eval.json of workdirs;
 runs of different tasks get a metrics table each.
 
-  python scripts/summarize_runs.py runs/default runs/lin
+  python -m scripts.summarize_runs runs/default runs/lin
 """
 import os
-import sys
 
 import numpy as np
+from absl import flags
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)  # run as a script from anywhere: the repository's packages must import
+from scripts import command_line
+from training.workdirs import WorkdirError, read_json
 
-from training.workdirs import WorkdirError, read_json  # noqa: E402
+FLAGS = flags.FlagValues()  # none: the arguments are workdirs
 
 RANK_FIELDS = ("numerical_rank", "effective_rank", "stable_rank")
 REQUIRED = ("task", "metrics", "attention", "rank")  # what the tables read of an eval.json
@@ -62,7 +62,8 @@ def rank_table(results: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def main(workdirs: list[str]) -> None:
+def main(argv: list[str] | None = None) -> None:
+    workdirs = command_line.parse(FLAGS, argv, __doc__, positional=True).positional
     if not workdirs:
         raise SystemExit(__doc__)
     try:
@@ -73,4 +74,4 @@ def main(workdirs: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

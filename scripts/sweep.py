@@ -1,263 +1,138 @@
-"""Runs the grid of a W&B sweep definition (sweeps/*.yaml) locally, without a W&B server, and tabulates it.
+"""W&B sweep definitions generated from the studies of configs/studies.py, and a sweep run locally.
 
-  python scripts/sweep.py sweeps/mlm.yaml [--jobs=2] [--runs_dir=runs/sweeps]
-                          [--only=attention.name=softmax,performer --only=seed=0] [-- extra train.py args]
+  python -m scripts.sweep --generate                      # writes sweeps/<task>-<preset>.yaml of SWEEPS
+  python -m scripts.sweep sweeps/mlm-full.yaml --jobs=2   # the sweep locally, without a W&B server
+  wandb sweep sweeps/mlm-full.yaml                        # the sweep on W&B (README, "Sweeps")
 
-Each distinct point of the grid trains in its own process and workdir, <runs_dir>/<name>/<slug>, the slug
-naming its swept values (e.g. attention.name=performer,attention.num_features=32,seed=0), with the
-arguments `wandb agent` would pass (the YAML's command and ${args}), its own --workdir,
---config.wandb.group=<name>, then the arguments after `--`. A kind option the point's kind does not take
-(softmax's attention.num_features) is left out of its identity: that run trains and is reported once.
-Runs whose eval.json is at the config's last step are skipped, so an interrupted sweep resumes. Every
-finished run of the grid goes into <runs_dir>/<name>/results.csv and results.md: one row per run (swept
-values, test metrics, mean effective rank per role), and the mean ± std over seeds.
+From the repository root. A study is a sweep when its runs are a grid: every combination of the values its
+runs give the fields they override is one of its runs, once the kind options a combination's kind does
+not take are left out. Its definition has `method: grid`, a parameter config.<field> per such field (one
+value as `value`), config.seed over the study's seeds, and the command `wandb agent` runs: train.py on the
+study's config, ${args} (`--config.<field>=<value>` for each parameter) and a workdir per W&B run.
+
+A sweep file runs locally as the study it was generated from (a file that none generates, edited or stale,
+is refused): scripts/compare.py's runner trains each distinct config once, with the flags below, in the
+workdirs and into the report of `python -m scripts.compare --task=<task> --preset=<preset>`.
 """
-import argparse
-import csv
-import dataclasses
 import itertools
 import os
 import shlex
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)  # run as a script from anywhere: the repository's packages must import
+import yaml
+from absl import flags
 
-import yaml  # noqa: E402
+import attention
+from analysis import report
+from configs import common, studies
+from scripts import command_line, compare
+from training import metrics
 
-import attention  # noqa: E402
-from analysis import stats  # noqa: E402
-from scripts import compare  # noqa: E402
-from training import metrics  # noqa: E402
-from training.workdirs import WorkdirError, read_json  # noqa: E402
+SWEEPS = (("mlm", "full"), ("translation", "rank"))  # the studies committed as sweeps/<task>-<preset>.yaml
 
-# The agent's macros this runner fills; the others (${args_json_file}, ${envvar:...}, ...) are an error.
-MACROS = ("${env}", "${interpreter}", "${program}", "${args}")
-DEFAULT_COMMAND = list(MACROS)  # W&B's, when the YAML has no `command`
-SEED = "config.seed"
-
-
-@dataclasses.dataclass(frozen=True)
-class Sweep:
-    name: str  # the runs' group and directory
-    program: str  # relative to the repository root
-    command: list[str]
-    parameters: dict[str, list]  # in the YAML's order; a fixed `value` is a list of one
-    swept: tuple[str, ...]  # the parameters given as `values`
+FLAGS = flags.FlagValues()
+flags.DEFINE_bool("generate", False, "write the sweeps/*.yaml of SWEEPS from configs/studies.py", flag_values=FLAGS)
+compare.define_study_flags(FLAGS)
 
 
-def _error(path: str, message: str) -> ValueError:
-    return ValueError(f"{path}: {message}")
+def identity(overrides: dict) -> dict:
+    """`overrides` without the kind options its attention kind (attention.name) does not take."""
+    kind = overrides.get("attention.name")
+    if kind not in attention.names():  # unset: the config's kind, whose options may be any
+        return overrides
+    ignored = {f"attention.{option}" for option in attention.all_options() - set(attention.options(kind))}
+    return {key: value for key, value in overrides.items() if key not in ignored}
 
 
-def _parameters(path: str, parameters) -> tuple[dict[str, list], tuple[str, ...]]:
-    if not isinstance(parameters, dict) or not parameters:
-        raise _error(path, "`parameters` must map config fields to {values: [...]} or {value: ...}")
-    grid, swept = {}, []
-    for name, spec in parameters.items():
-        if not name.startswith("config."):
-            raise _error(path, f"parameter {name}: train.py takes config fields, named config.<field>")
-        if not isinstance(spec, dict) or set(spec) not in ({"values"}, {"value"}):
-            raise _error(path, f"parameter {name}: a grid needs `values: [...]` or `value: ...`, got {spec!r}")
-        if "value" in spec:
-            grid[name] = [spec["value"]]
-        elif isinstance(spec["values"], list) and spec["values"]:
-            grid[name] = spec["values"]
-            swept.append(name)
-        else:
-            raise _error(path, f"parameter {name}: `values` must be a non-empty list, got {spec['values']!r}")
-    return grid, tuple(swept)
+def grid(name: str, study: studies.Study) -> dict[str, list]:
+    """Each field the study's runs override -> the values they give it, in the order they first do. An
+    error where the combinations of these values, each config once, are not the study's runs."""
+    values = {}
+    for run in study.runs:
+        for key, value in {**study.overrides, **run.overrides}.items():
+            if value not in values.setdefault(key, []):
+                values[key].append(value)
+    runs = [frozenset(identity({**study.overrides, **run.overrides}).items()) for run in study.runs]
+    combinations = {frozenset(identity(dict(zip(values, point))).items())
+                    for point in itertools.product(*values.values())}
+    if len(set(runs)) < len(runs) or set(runs) != combinations:
+        raise ValueError(f"study {name}: its {len(runs)} runs are not the {len(combinations)} configs the values "
+                         "they set combine to, so no W&B grid sweep runs them")
+    return values
 
 
-def _command(path: str, command: list) -> list[str]:
-    command = [str(item) for item in command]
-    unknown = [item for item in command if "${" in item and item not in MACROS]
-    if unknown:
-        raise _error(path, f"command: {', '.join(unknown)} not supported; macros: {', '.join(MACROS)}")
-    if not any(item.startswith("--workdir=") for item in command):
-        raise _error(path, f"command needs --workdir=...{metrics.RUN_ID_PLACEHOLDER}: train.py requires a workdir, "
-                           "one per agent run")
-    return command
+def _parameter(values: list) -> dict:
+    return {"values": values} if len(values) > 1 else {"value": values[0]}
 
 
-def load_sweep(path: str) -> Sweep:
-    """The sweep definition at `path`; a method other than grid, or a parameter that is not a list of
-    values or a fixed value, is an error naming it."""
+def definition(task: str, preset: str) -> dict:
+    """The W&B sweep of the study (task, preset): its grid of config overrides and seeds, run by train.py."""
+    name, study = f"{task}-{preset}", studies.get_study(task, preset)
+    parameters = {f"config.{key}": _parameter(values) for key, values in grid(name, study).items()}
+    return {
+        "name": name,  # compare.py's W&B group of the study
+        "project": common.wandb_config().project,
+        "program": "train.py",
+        "method": "grid",
+        "metric": {"name": f"test/{report.METRICS[task][0]}", "goal": "maximize"},
+        "parameters": {**parameters, "config.seed": _parameter(list(range(study.seeds)))},
+        # A workdir per W&B run, named by the run id the agent sets, so that a resumed run finds its
+        # checkpoints (the agent's ${envvar:...} is filled once per agent, not per run).
+        "command": ["${env}", "${interpreter}", "${program}", f"--config={study.config}",
+                    f"--workdir=runs/agent/{name}/{metrics.RUN_ID_PLACEHOLDER}", "${args}"],
+    }
+
+
+def sweep_path(task: str, preset: str) -> str:
+    """Relative to the repository root."""
+    return os.path.join("sweeps", f"{task}-{preset}.yaml")
+
+
+def sweep_text(task: str, preset: str) -> str:
+    path = sweep_path(task, preset)
+    header = (f"# Generated by `python -m scripts.sweep --generate` from configs/studies.py (task {task}, preset "
+              f"{preset}):\n# edit the study, not this file. README, \"Sweeps\":\n"
+              f"#   wandb sweep {path}\n#   python -m scripts.sweep {path} --jobs=2   # locally, no W&B server\n")
+    return header + yaml.safe_dump(definition(task, preset), sort_keys=False, width=110)
+
+
+def generate() -> list[str]:
+    """Writes the sweep file of every study in SWEEPS; returns their paths."""
+    paths = []
+    for task, preset in SWEEPS:
+        paths.append(os.path.join(compare.ROOT, sweep_path(task, preset)))
+        with open(paths[-1], "w") as f:
+            f.write(sweep_text(task, preset))
+    return paths
+
+
+def study_of(path: str) -> tuple[str, str]:
+    """The (task, preset) of SWEEPS whose sweep file is, as it stands, the file at `path`."""
     with open(path) as f:
-        definition = yaml.safe_load(f)
-    if not isinstance(definition, dict):
-        raise _error(path, "not a sweep definition (a mapping with method, parameters and command)")
-    if definition.get("method") != "grid":
-        raise _error(path, f"method: {definition.get('method')!r}; scripts/sweep.py runs grid sweeps only")
-    grid, swept = _parameters(path, definition.get("parameters"))
-    name = definition.get("name") or os.path.splitext(os.path.basename(path))[0]
-    return Sweep(name, definition.get("program", "train.py"), _command(path, definition.get("command", DEFAULT_COMMAND)),
-                 grid, swept)
-
-
-def identity(point: dict) -> dict:
-    """`point` without the kind options its attention kind (config.attention.name) does not take."""
-    kind = point.get("config.attention.name")
-    if kind not in attention.names():  # unswept, or unknown: train.py's validation names the kinds
-        return point
-    ignored = {f"config.attention.{option}" for option in attention.all_options() - set(attention.options(kind))}
-    return {key: value for key, value in point.items() if key not in ignored}
-
-
-def expand(sweep: Sweep) -> list[dict]:
-    """The grid's points, the last parameter varying fastest, each distinct config once: the first of the
-    points that differ only in options their kind ignores."""
-    points = [dict(zip(sweep.parameters, values)) for values in itertools.product(*sweep.parameters.values())]
-    distinct = {}
-    for point in points:
-        distinct.setdefault(tuple(identity(point).items()), point)
-    return list(distinct.values())
-
-
-def _field(name: str) -> str:
-    return name.removeprefix("config.")
-
-
-def slug(sweep: Sweep, point: dict) -> str:
-    """The point's directory name: its swept values, those its kind ignores left out."""
-    kept = identity(point)
-    return ",".join(f"{_field(name)}={kept[name]}" for name in sweep.swept if name in kept)
-
-
-def train_command(sweep: Sweep, point: dict, workdir: str, extra: list[str]) -> list[str]:
-    """The YAML's command with the agent's macros filled (${args} as the agent renders it, --param=value)
-    and its --workdir replaced, then the sweep's group and `extra`."""
-    fill = {"${env}": [], "${interpreter}": [sys.executable], "${program}": [os.path.join(ROOT, sweep.program)],
-            "${args}": [f"--{name}={value}" for name, value in point.items()]}
-    command = []
-    for item in sweep.command:
-        command += [f"--workdir={workdir}"] if item.startswith("--workdir=") else fill.get(item, [item])
-    return [*command, f"--config.wandb.group={sweep.name}", *extra]
-
-
-def select(sweep: Sweep, points: list[dict], only: list[str]) -> list[dict]:
-    """The points matching every `field=value[,value...]` filter; a point whose kind ignores the field
-    matches. An unswept field or a value outside the grid is an error naming the allowed ones."""
-    for spec in only:
-        field, _, values = spec.partition("=")
-        name = "config." + _field(field)
-        if name not in sweep.swept:
-            raise ValueError(f"--only={spec}: {field} is not swept; swept: {', '.join(map(_field, sweep.swept))}")
-        allowed = [str(value) for value in sweep.parameters[name]]
-        unknown = [value for value in values.split(",") if value not in allowed]
-        if unknown:
-            raise ValueError(f"--only={spec}: {', '.join(unknown)} not in the grid; {field}: {', '.join(allowed)}")
-        points = [point for point in points
-                  if name not in identity(point) or str(point[name]) in values.split(",")]
-    return points
-
-
-def _config_value(config: dict, name: str):
-    for part in _field(name).split("."):
-        config = config[part]
-    return config
-
-
-def result_row(sweep: Sweep, point: dict, workdir: str) -> dict:
-    """A finished run: its swept values as it trained them (config.json; empty where its kind ignores
-    one), its test metrics and the mean effective rank of each role over layers and heads (eval.json)."""
-    config, result = read_json(os.path.join(workdir, "config.json")), read_json(os.path.join(workdir, "eval.json"))
-    kept = identity(point)
-    row = {_field(name): _config_value(config, name) if name in kept else "" for name in sweep.swept}
-    row.update(result["metrics"])
-    for role in dict.fromkeys(rank["role"] for rank in result["rank"]):
-        values = [rank["effective_rank"] for rank in result["rank"] if rank["role"] == role]
-        row[f"effective_rank/{role}"] = sum(values) / len(values)
-    return row
-
-
-def _columns(rows: list[dict]) -> list[str]:
-    return list(dict.fromkeys(column for row in rows for column in row))
-
-
-def _cell(value) -> str:
-    if value == "" or value is None:
-        return "-"
-    return f"{value:.4f}" if isinstance(value, float) else str(value)
-
-
-def _markdown(columns: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    return "\n".join([*lines, *("| " + " | ".join(row) + " |" for row in rows)])
-
-
-def runs_table(rows: list[dict]) -> str:
-    columns = _columns(rows)
-    return _markdown(columns, [[_cell(row.get(column)) for column in columns] for row in rows])
-
-
-def seeds_table(sweep: Sweep, rows: list[dict]) -> str:
-    """Mean ± sample std over seeds of every metric, per setting of the other swept values."""
-    keys = [_field(name) for name in sweep.swept if name != SEED]
-    groups = {}
-    for row in rows:
-        groups.setdefault(tuple(row[key] for key in keys), []).append(row)
-    measured = [column for column in _columns(rows) if column not in (*keys, _field(SEED))]
-    table = []
-    for setting, group in groups.items():
-        cells = [_cell(value) for value in setting] + [str(len(group))]
-        for column in measured:
-            mean, std = stats.mean_std([row[column] for row in group])
-            cells.append(f"{mean:.4f} ± {'-' if std is None else f'{std:.4f}'}")
-        table.append(cells)
-    return _markdown([*keys, "seeds", *(f"{column} (mean ± std)" for column in measured)], table)
-
-
-def write_results(sweep: Sweep, rows: list[dict], out_dir: str, command: str) -> tuple[str, str]:
-    """results.csv (one row per run, full precision) and results.md (both tables) in `out_dir`."""
-    csv_path, md_path = os.path.join(out_dir, "results.csv"), os.path.join(out_dir, "results.md")
-    with open(csv_path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=_columns(rows))
-        writer.writeheader()
-        writer.writerows(rows)
-    with open(md_path, "w") as f:
-        f.write(f"# Sweep {sweep.name}\n\n`{command}`\n\n## Runs\n\n{runs_table(rows)}\n\n"
-                f"## Mean ± std over seeds\n\n{seeds_table(sweep, rows)}\n")
-    return csv_path, md_path
-
-
-def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    """The script's own flags, and the arguments after `--` for train.py."""
-    own, extra = compare.split_extra(argv)
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("sweep", help="a sweep definition, e.g. sweeps/mlm.yaml")
-    parser.add_argument("--jobs", type=compare.positive_int, help=compare.JOBS_HELP)
-    parser.add_argument("--only", action="append", default=[], metavar="FIELD=VALUE[,VALUE...]",
-                        help="train only the points with these values (repeatable); reports cover the whole grid")
-    parser.add_argument("--runs_dir", default="runs/sweeps")
-    return parser.parse_args(own), extra
+        text = f.read()
+    for task, preset in SWEEPS:
+        if text == sweep_text(task, preset):
+            return task, preset
+    raise ValueError(f"{path}: not the sweep file of a study in SWEEPS as configs/studies.py stands; "
+                     "`python -m scripts.sweep --generate` writes them anew")
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    args, extra = parse_args(argv)
+    own, extra = compare.split_extra(argv)
+    args = command_line.parse(FLAGS, own, __doc__, positional=True)
+    if args.generate:
+        if args.positional or extra:
+            command_line.fail("--generate takes no other arguments")
+        print("written: " + ", ".join(generate()))
+        return
+    if len(args.positional) != 1:
+        command_line.fail("give one sweep file, e.g. sweeps/mlm-full.yaml, or --generate")
     try:
-        sweep = load_sweep(args.sweep)
-        points = expand(sweep)
-        selected = select(sweep, points, args.only)
+        task, preset = study_of(args.positional[0])
     except (OSError, ValueError) as error:
         raise SystemExit(str(error)) from None
-    # Absolute: train.py runs in the repository root, while relative flags mean the caller's directory.
-    out_dir = os.path.join(os.path.abspath(args.runs_dir), sweep.name)
-    workdirs = [os.path.join(out_dir, slug(sweep, point)) for point in points]
-    jobs = [(slug(sweep, point), train_command(sweep, point, workdir, extra), workdir)
-            for point, workdir in zip(points, workdirs) if point in selected]
-    try:  # a workdir's config.json or eval.json that does not read names itself
-        failed = compare.run_jobs(jobs, args.jobs)
-        rows = [result_row(sweep, point, workdir) for point, workdir in zip(points, workdirs)
-                if compare.is_finished(workdir)]
-    except WorkdirError as error:
-        raise SystemExit(str(error)) from None
-    if rows:
-        csv_path, md_path = write_results(sweep, rows, out_dir, shlex.join(["python", "scripts/sweep.py", *argv]))
-        print(f"\n{seeds_table(sweep, rows)}\n\n{len(rows)}/{len(points)} runs: {csv_path}, {md_path}", flush=True)
-    if failed:
-        raise SystemExit(f"failed runs: {', '.join(failed)}")
+    compare.run_study(task, preset, args, extra, shlex.join(["python", "-m", "scripts.sweep", *argv]))
 
 
 if __name__ == "__main__":

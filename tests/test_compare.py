@@ -194,12 +194,12 @@ def test_rnn_rows_report_their_cross_attention_and_dashes_without_attention(tmp_
 
 def test_write_report_embeds_tables_and_plots(tmp_path):
     spectra = {"softmax": {"encoder_self": [[1.0, 0.5, 0.1, 0.0]]}, "linear": {"encoder_self": [[1.0, 0.2, 0.0, 0.0]]}}
-    path = report.write_report("mlm", "quick", "python scripts/compare.py --task=mlm", RESULTS, spectra,
+    path = report.write_report("mlm", "quick", "python -m scripts.compare --task=mlm", RESULTS, spectra,
                                str(tmp_path / "out"), head_dim=32)
     text = open(path).read()
     assert path == str(tmp_path / "out" / "report.md")
     assert report.accuracy_table("mlm", RESULTS) in text and report.rank_table(RESULTS, 32) in text
-    assert "python scripts/compare.py --task=mlm" in text
+    assert "python -m scripts.compare --task=mlm" in text
     for image in ("accuracy_vs_feature_dim.png", "accuracy_vs_effective_rank.png", "spectra.png"):
         assert f"]({image})" in text
         assert (tmp_path / "out" / image).stat().st_size > 0
@@ -388,7 +388,7 @@ def test_a_group_keeps_the_run_with_the_best_validation_never_the_best_test():
 
 
 def test_write_report_for_recall_writes_its_tables_plots_and_results(tmp_path):
-    path = report.write_report("recall", "quick", "python scripts/compare.py --task=recall", RECALL_RESULTS, {},
+    path = report.write_report("recall", "quick", "python -m scripts.compare --task=recall", RECALL_RESULTS, {},
                                str(tmp_path))
     text = open(path).read()
     assert report.accuracy_table("recall", RECALL_RESULTS) in text and recall_report.rank_table(RECALL_RESULTS) in text

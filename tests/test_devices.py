@@ -1,14 +1,13 @@
-"""Which devices a run records, and how compare.py and sweep.py spread their processes over a machine."""
+"""Which devices a run records, and how scripts/compare.py (sweep.py's runner too) spreads its processes over a
+machine."""
 
 import os
-import sys
 import threading
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts"))
-import compare  # noqa: E402
-from training import devices  # noqa: E402
+from scripts import compare
+from training import devices
 
 GPUS = {"platform": "gpu", "device_kind": "NVIDIA H100 80GB HBM3", "device_count": 4, "process_count": 1,
         "jax": "x", "jaxlib": "x"}

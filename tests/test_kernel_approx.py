@@ -50,10 +50,7 @@ def test_exp_limit_error_matches_closed_form(n, cosine):
 def outputs(tmp_path_factory):
     """The script's JSON and PNG for a small study, and its printed report."""
     out = tmp_path_factory.mktemp("kernel_approx")
-    argv = ["--dim", str(DIM), "--out", str(out), "--seed", "1", "--pairs", "16", "--draws", "8"]
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("sys.argv", ["kernel_approx.py", *argv])
-        kernel_approx_script.main()
+    kernel_approx_script.main(["--dim", str(DIM), "--out", str(out), "--seed", "1", "--pairs", "16", "--draws", "8"])
     with open(out / "kernel_approx.json") as f:
         return json.load(f), (out / "kernel_approx.png").read_bytes()
 

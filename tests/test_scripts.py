@@ -1,11 +1,22 @@
-"""scripts/summarize_runs.py on hand-written eval.json files; what the scripts say of unreadable ones."""
+"""scripts/summarize_runs.py on hand-written eval.json files; what the scripts say of unreadable ones; every
+script's command line (python -m scripts.<name>, absl flags)."""
+import importlib
+import inspect
 import json
+import os
+import pkgutil
 import re
+import subprocess
+import sys
 
 import pytest
 
-from scripts import compare, summarize_runs
+import scripts
+from scripts import command_line, compare, summarize_runs
 from training.workdirs import WorkdirError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPTS = sorted(module.name for module in pkgutil.iter_modules(scripts.__path__) if module.name != "command_line")
 
 
 def _row(role, layer, head, numerical, bound):
@@ -71,3 +82,31 @@ def test_compare_treats_an_eval_json_cut_short_as_unfinished_and_names_a_bad_con
     (tmp_path / "config.json").write_bytes(b"\xff\xfe")
     with pytest.raises(WorkdirError, match=re.escape(f"{tmp_path / 'config.json'}: not readable as JSON")):
         compare.is_finished(str(tmp_path))
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_every_script_runs_as_a_module_and_reads_absl_flags_only(name, capsys):
+    module = importlib.import_module(f"scripts.{name}")
+    with pytest.raises(SystemExit) as exit:
+        module.main(["--help"])
+    assert exit.value.code == 0 and f"python -m scripts.{name}" in capsys.readouterr().out
+    source = inspect.getsource(module)
+    assert "sys.path" not in source and "argparse" not in source
+
+
+def test_a_wrong_flag_is_named_with_status_2_and_a_later_parse_starts_from_the_defaults(capsys):
+    with pytest.raises(SystemExit) as exit:
+        compare.main(["--task=mlm", "--jobs=0"])
+    assert exit.value.code == 2 and "--jobs=0: 0 is not a positive integer" in capsys.readouterr().err
+    assert command_line.parse(compare.FLAGS, ["--task=mlm", "--jobs=3"], "").jobs == 3
+    assert command_line.parse(compare.FLAGS, ["--task=mlm"], "").jobs is None
+    with pytest.raises(SystemExit):
+        command_line.parse(compare.FLAGS, ["--task=mlm", "runs/x"], "")
+    assert "unexpected arguments runs/x" in capsys.readouterr().err
+
+
+def test_a_script_runs_with_python_dash_m_from_the_repository_root(tmp_path):
+    missing = tmp_path / "absent"
+    process = subprocess.run([sys.executable, "-m", "scripts.summarize_runs", str(missing)], cwd=ROOT,
+                             capture_output=True, text=True)
+    assert process.returncode == 1 and f"{missing / 'eval.json'}: not found" in process.stderr

@@ -1,38 +1,42 @@
-"""sweeps/*.yaml and scripts/sweep.py: the grids, the agent's command, the local runner on a tiny grid,
-and the W&B identity of a run started by `wandb agent`."""
-import csv
+"""sweeps/*.yaml and scripts/sweep.py: each file is what its study generates, the agent's runs are the study's
+configs, a sweep file runs locally through scripts/compare.py, and the W&B identity of an agent's run."""
 import glob
-import json
+import itertools
 import os
+import shutil
 
-import numpy as np
 import pytest
+import yaml
 from absl import flags
 from ml_collections import config_flags
 
-import attention
+from configs import studies
 from scripts import compare, sweep
-from training import loop, metrics, validate
+from training import metrics, validate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SWEEPS = sorted(glob.glob(os.path.join(ROOT, "sweeps", "*.yaml")))
+MACROS = ("${env}", "${interpreter}", "${program}", "${args}")
 
 
-def _write(path, text: str) -> str:
-    path.write_text(text)
-    return str(path)
+# --- the sweep files -------------------------------------------------------------------------------------
 
 
-def _grid(tmp_path, parameters: str, **keys) -> str:
-    """A sweep definition with `parameters` (YAML lines) and the real sweeps' command on translation."""
-    head = {"name": "tiny", "program": "train.py", "method": "grid", **keys}
-    command = ["${env}", "${interpreter}", "${program}", "--config=configs/translation.py:tiny",
-               "--workdir=runs/agent/tiny/{wandb_run_id}", "${args}"]
-    return _write(tmp_path / "grid.yaml", "".join(f"{key}: {value}\n" for key, value in head.items())
-                  + "parameters:\n" + parameters + "command:\n" + "".join(f"  - '{item}'\n" for item in command))
+def test_each_sweep_file_is_what_its_study_generates():
+    paths = sorted(os.path.relpath(path, ROOT) for path in glob.glob(os.path.join(ROOT, "sweeps", "*.yaml")))
+    assert paths == sorted(sweep.sweep_path(task, preset) for task, preset in sweep.SWEEPS)
+    for task, preset in sweep.SWEEPS:
+        with open(os.path.join(ROOT, sweep.sweep_path(task, preset))) as f:
+            assert f.read() == sweep.sweep_text(task, preset), "stale: python -m scripts.sweep --generate"
 
 
-# --- the sweep definitions -------------------------------------------------------------------------------
+def test_generate_writes_the_committed_files(tmp_path, monkeypatch, capsys):
+    (tmp_path / "sweeps").mkdir()
+    monkeypatch.setattr(compare, "ROOT", str(tmp_path))
+    sweep.main(["--generate"])
+    output = capsys.readouterr().out
+    for task, preset in sweep.SWEEPS:
+        path = sweep.sweep_path(task, preset)
+        assert (tmp_path / path).read_text() == open(os.path.join(ROOT, path)).read() and str(tmp_path / path) in output
 
 
 def _train_flags(argv: list[str]):
@@ -44,152 +48,83 @@ def _train_flags(argv: list[str]):
     return config.value, workdir.value
 
 
-def test_sweep_names_are_the_files_and_their_runs_get_one_workdir_each():
-    assert [os.path.basename(path) for path in SWEEPS] == ["mlm.yaml", "translation.yaml"]
-    for path in SWEEPS:
-        definition = sweep.load_sweep(path)
-        assert definition.name == os.path.basename(path).removesuffix(".yaml")
-        workdir = next(item for item in definition.command if item.startswith("--workdir="))
-        assert workdir.endswith(f"/{definition.name}/{metrics.RUN_ID_PLACEHOLDER}")
-        assert os.path.exists(os.path.join(ROOT, definition.program))
+def _agent_commands(definition: dict):
+    """(point, train.py's argv) of every run `wandb agent` starts for the grid: the command with ${args} as
+    `--<parameter>=<value>`, the other macros (the interpreter) left out."""
+    parameters = definition["parameters"]
+    grid = [spec["values"] if "values" in spec else [spec["value"]] for spec in parameters.values()]
+    for values in itertools.product(*grid):
+        point = dict(zip(parameters, values))
+        argv = [definition["program"]]
+        for item in definition["command"]:
+            argv += [f"--{name}={value}" for name, value in point.items()] if item == "${args}" else (
+                [] if item in MACROS else [item])
+        yield point, argv
 
 
-@pytest.mark.parametrize("path", SWEEPS, ids=os.path.basename)
-def test_every_point_of_the_real_sweeps_is_a_valid_config_train_py_accepts(path, monkeypatch):
+@pytest.mark.parametrize("task, preset", sweep.SWEEPS)
+def test_the_agents_runs_are_the_studys_configs_each_at_its_seeds(task, preset, monkeypatch):
     monkeypatch.chdir(ROOT)  # the agent runs from the repository root: --config is relative to it
-    definition = sweep.load_sweep(path)
-    assert set(definition.swept) == {"config.attention.name", "config.attention.num_features", "config.seed"}
-    kinds = definition.parameters["config.attention.name"]
-    features, seeds = definition.parameters["config.attention.num_features"], definition.parameters["config.seed"]
-    # Kinds taking a feature size run once per size, the others once.
-    distinct = sum(len(features) if "num_features" in attention.options(kind) else 1 for kind in kinds) * len(seeds)
-    points = sweep.expand(definition)
-    assert len(points) == distinct < len(kinds) * len(features) * len(seeds)
-    for point in points:
-        config, workdir = _train_flags(sweep.train_command(definition, point, "/runs/p", [])[1:])
-        assert workdir == "/runs/p"
+    study = studies.get_study(task, preset)
+    with open(sweep.sweep_path(task, preset)) as f:
+        definition = yaml.safe_load(f)
+    assert definition["method"] == "grid" and os.path.exists(definition["program"])
+    started = {}
+    for point, argv in _agent_commands(definition):
+        config, workdir = _train_flags(argv)
+        assert workdir == f"runs/agent/{task}-{preset}/{metrics.RUN_ID_PLACEHOLDER}"
         for name, value in point.items():
             field = config
             for part in name.removeprefix("config.").split("."):
                 field = field[part]
             assert field == value, name
-        assert config.wandb.group == definition.name
         validate.validate(config)
+        overrides = {name.removeprefix("config."): value for name, value in point.items() if name != "config.seed"}
+        started.setdefault(frozenset(sweep.identity(overrides).items()), set()).add(point["config.seed"])
+    # W&B's grid repeats a run once per value of an option its kind ignores: the same config, trained again.
+    runs = [frozenset(sweep.identity({**study.overrides, **run.overrides}).items()) for run in study.runs]
+    assert len(started) == len(runs) < len(list(_agent_commands(definition))) // study.seeds
+    assert started == {run: set(range(study.seeds)) for run in runs}
 
 
-def test_options_a_kind_ignores_do_not_repeat_its_runs(tmp_path):
-    definition = sweep.load_sweep(_grid(tmp_path, (
-        "  config.attention.name: {values: [softmax, performer]}\n"
-        "  config.attention.num_features: {values: [8, 16]}\n"
-        "  config.seed: {values: [0, 1]}\n"
-        "  config.num_train_steps: {value: 5}\n")))
-    points = sweep.expand(definition)
-    assert [sweep.slug(definition, point) for point in points] == [
-        "attention.name=softmax,seed=0",
-        "attention.name=softmax,seed=1",
-        "attention.name=performer,attention.num_features=8,seed=0",
-        "attention.name=performer,attention.num_features=8,seed=1",
-        "attention.name=performer,attention.num_features=16,seed=0",
-        "attention.name=performer,attention.num_features=16,seed=1",
-    ]
-    # softmax runs with the arguments of the first point the agent would start for it.
-    assert sweep.train_command(definition, points[1], "/runs/s", ["--config.eval.plots=False"])[1:] == [
-        os.path.join(ROOT, "train.py"),
-        "--config=configs/translation.py:tiny",
-        "--workdir=/runs/s",
-        "--config.attention.name=softmax",
-        "--config.attention.num_features=8",
-        "--config.seed=1",
-        "--config.num_train_steps=5",
-        "--config.wandb.group=tiny",
-        "--config.eval.plots=False",
-    ]
-    only = sweep.select(definition, points, ["attention.num_features=16", "config.seed=1"])
-    assert [sweep.slug(definition, point) for point in only] == [
-        "attention.name=softmax,seed=1", "attention.name=performer,attention.num_features=16,seed=1"]
-    with pytest.raises(ValueError, match="--only=width=3: width is not swept; swept: attention.name, "):
-        sweep.select(definition, points, ["width=3"])
-    with pytest.raises(ValueError, match="--only=seed=0,7: 7 not in the grid; seed: 0, 1"):
-        sweep.select(definition, points, ["seed=0,7"])
+def test_only_a_study_whose_runs_are_a_grid_is_a_sweep():
+    kinds = studies.Study("configs/mlm.py", {}, [
+        studies.Run("softmax", {"attention.name": "softmax"}),
+        *(studies.Run(f"performer_m{m}", {"attention.name": "performer", "attention.num_features": m})
+          for m in (8, 16))], seeds=1)
+    assert sweep.grid("kinds", kinds) == {"attention.name": ["softmax", "performer"],
+                                          "attention.num_features": [8, 16]}
+    # softmax without the pooling field would train with mean pooling in a grid of both.
+    heads = studies.Study("configs/listops.py", {}, [
+        studies.Run("softmax", {"attention.name": "softmax"}),
+        studies.Run("softmax_mean", {"attention.name": "softmax", "model.pooling": "mean"})], seeds=1)
+    with pytest.raises(ValueError, match="study heads: its 2 runs are not the 1 configs"):
+        sweep.grid("heads", heads)
+    with pytest.raises(ValueError, match="study translation-full: its 15 runs are not the 16 configs"):
+        sweep.definition("translation", "full")
 
 
-@pytest.mark.parametrize("parameters, keys, message", [
-    ("  config.seed: {values: [0]}\n", {"method": "random"}, "method: 'random'; scripts/sweep.py runs grid sweeps only"),
-    ("  config.learning_rate: {min: 0.001, max: 0.1}\n", {},
-     "parameter config.learning_rate: a grid needs `values: \\[...\\]` or `value: ...`"),
-    ("  config.seed: {values: []}\n", {}, "parameter config.seed: `values` must be a non-empty list"),
-    ("  seed: {values: [0]}\n", {}, "parameter seed: train.py takes config fields, named config.<field>"),
-])
-def test_definitions_the_local_runner_cannot_run_are_named(tmp_path, parameters, keys, message):
-    with pytest.raises(ValueError, match=message):
-        sweep.load_sweep(_grid(tmp_path, parameters, **keys))
+# --- a sweep file run locally ----------------------------------------------------------------------------
 
 
-def test_macros_other_than_the_agents_basic_ones_are_an_error(tmp_path):
-    path = _write(tmp_path / "json.yaml", "method: grid\nparameters:\n  config.seed: {values: [0]}\n"
-                  "command: ['${env}', '${interpreter}', '${program}', '--workdir=x', '${args_json_file}']\n")
-    with pytest.raises(ValueError, match=r"command: \$\{args_json_file\} not supported"):
-        sweep.load_sweep(path)
-
-
-# --- the local runner on a tiny grid ---------------------------------------------------------------------
-
-
-def _train_in_process(command: list[str], workdir: str, env) -> bool:
-    """compare.train without its process start (seconds of imports each): train.py's flags parsed from
-    the command, then its training, in this process."""
-    config, workdir_flag = _train_flags(command[1:])
-    assert workdir_flag == workdir
-    loop.train_and_evaluate(config, workdir)
-    return True
-
-
-def test_main_trains_a_tiny_grid_tabulates_every_eval_json_and_skips_it_next_time(tmp_path, data_files, capsys,
-                                                                                    monkeypatch):
-    monkeypatch.setattr(compare, "train", _train_in_process)
+def test_a_sweep_file_runs_its_study_through_compare_and_an_edited_one_is_refused(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(compare, "run_study", lambda *args: calls.append(args))
     monkeypatch.chdir(ROOT)
-    train_file, test_file = data_files
-    # Two runs (a third of the suite's budget for this file): one kind, so that they differ by seed only.
-    path = _grid(tmp_path, (
-        "  config.attention.name: {values: [linear]}\n"
-        "  config.seed: {values: [0, 1]}\n"
-        "  config.dataset.name: {value: files}\n"
-        f"  config.dataset.train_file: {{value: '{train_file}'}}\n"
-        f"  config.dataset.test_file: {{value: '{test_file}'}}\n"))
-    argv = [path, f"--runs_dir={tmp_path / 'runs'}", "--jobs=2", "--", "--config.num_train_steps=10"]
+    path = sweep.sweep_path(*sweep.SWEEPS[0])
+    argv = [path, "--jobs=2", "--only=softmax", f"--runs_dir={tmp_path}", "--", "--config.num_train_steps=10"]
     sweep.main(argv)
-    output = capsys.readouterr().out
-    assert output.count(" done in ") == 2 and "[2/2]" in output and "FAILED" not in output
+    [(task, preset, options, extra, command)] = calls
+    assert (task, preset) == sweep.SWEEPS[0] and extra == ["--config.num_train_steps=10"]
+    assert (options.jobs, options.only, options.runs_dir, options.seeds) == (2, "softmax", str(tmp_path), None)
+    assert command == "python -m scripts.sweep " + " ".join(argv)
 
-    out_dir = tmp_path / "runs" / "tiny"
-    with open(out_dir / "results.csv") as f:
-        rows = list(csv.DictReader(f))
-    assert [(row["attention.name"], row["seed"]) for row in rows] == [("linear", "0"), ("linear", "1")]
-    evals = []
-    for seed, row in enumerate(rows):
-        workdir = out_dir / f"attention.name=linear,seed={seed}"
-        result = json.loads((workdir / "eval.json").read_text())
-        assert json.loads((workdir / "config.json").read_text())["num_train_steps"] == result["step"] == 10
-        evals.append(result)
-        for name in ("exact_match", "token_accuracy", "bleu", "loss"):
-            assert float(row[name]) == result["metrics"][name]
-        for role in ("encoder_self", "decoder_self", "cross"):
-            expected = np.mean([rank["effective_rank"] for rank in result["rank"] if rank["role"] == role])
-            assert float(row[f"effective_rank/{role}"]) == pytest.approx(expected, rel=1e-12)
-
-    markdown = (out_dir / "results.md").read_text()
-    for seed, result in enumerate(evals):
-        assert f"| linear | {seed} | {result['metrics']['exact_match']:.4f} |" in markdown
-    losses = [result["metrics"]["loss"] for result in evals]
-    cross = [np.mean([rank["effective_rank"] for rank in result["rank"] if rank["role"] == "cross"])
-             for result in evals]
-    loss, rank = (f"{np.mean(values):.4f} ± {np.std(values, ddof=1):.4f}" for values in (losses, cross))
-    line = next(line for line in markdown.splitlines() if line.startswith("| linear | 2 |"))
-    assert f"| {loss} |" in line and line.endswith(f"| {rank} |")
-
-    sweep.main(argv)
-    output = capsys.readouterr().out
-    assert output.count("finished earlier, skipped") == 2 and " done in " not in output
+    edited = tmp_path / "edited.yaml"
+    shutil.copy(path, edited)
+    edited.write_text(edited.read_text().replace("goal: maximize", "goal: minimize"))
+    with pytest.raises(SystemExit, match=f"{edited}: not the sweep file of a study in SWEEPS"):
+        sweep.main([str(edited)])
+    assert len(calls) == 1
 
 
 # --- W&B identity under `wandb agent` --------------------------------------------------------------------
