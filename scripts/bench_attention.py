@@ -355,6 +355,16 @@ def machine() -> dict:
             "matmul_precision": jax.config.jax_default_matmul_precision}
 
 
+def report_markdown(title: str, settings: str, *body: str) -> str:
+    """A benchmark's report: its title, the settings it ran with, then its tables."""
+    return "\n".join([f"# {title}\n", f"{settings}\n", *body])
+
+
+def machine_text(m: dict) -> str:
+    """Where a benchmark ran, as its report's settings line says it."""
+    return f"{m['platform']} ({m['device']}), {m['cpu_count']} CPUs, jax {m['jax']}"
+
+
 # --- reports -------------------------------------------------------------------------------------------------
 
 
@@ -471,7 +481,7 @@ def markdown(result: dict) -> str:
     lines = ["# One attention layer, forward+backward (grad w.r.t. q, k, v)\n",
              f"B={s['batch']}, H={s['heads']}, D={s['head_dim']}, {dtype}; {implementation}"
              f"median of {s['repeats']} timings; "
-             f"{m['platform']} ({m['device']}), {m['cpu_count']} CPUs, jax {m['jax']}. "
+             f"{machine_text(m)}. "
              f"`{REFERENCE}` is `jax.nn.dot_product_attention`. Memory is XLA's planned buffer size "
              f"(temp + arguments + outputs), not RSS.\n"]
     for mode in result_modes(result):

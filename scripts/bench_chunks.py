@@ -31,7 +31,7 @@ import attention
 from attention import chunking
 from scripts import command_line
 from scripts.bench_attention import (SETTINGS, _brief, _feature_dim, build_layer, define_common_flags, kind_options,
-                                     machine, measure_length, parse_ints, parse_kinds, parse_lengths,
+                                     machine, machine_text, measure_length, parse_ints, parse_kinds, parse_lengths,
                                      selected_implementation, write_reports)
 
 DEFAULT_CHUNK_SIZES = "16,32,64,128,256"
@@ -170,7 +170,7 @@ def markdown(result: dict) -> str:
     lines = ["# Causal linear attention: chunk size against softmax, forward+backward\n",
              f"B={s['batch']}, H={s['heads']}, D={s['head_dim']}, {s['dtype']}; softmax runs "
              f"{s['reference_implementation']} (`--implementation={s['implementation']}`); median of "
-             f"{s['repeats']} timings; {m['platform']} ({m['device']}), {m['cpu_count']} CPUs, jax {m['jax']}. "
+             f"{s['repeats']} timings; {machine_text(m)}. "
              f"The limit is softmax's multiply-adds over linear's, L / (m + C/2); the counted FLOP ratio is "
              f"XLA's cost analysis of the two programs (whole C x C blocks and the whole L x L matrix). "
              f"C=auto is attention/chunking.py's size for {s['platform']}.\n"]

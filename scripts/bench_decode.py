@@ -30,7 +30,8 @@ from flax import nnx
 import attention
 from scripts import command_line
 from scripts.bench_attention import (MAX_CALLS_PER_TIMING, REFERENCE, TIMING_SECONDS, define_shape_flags, machine,
-                                     parse_kinds, parse_lengths, seconds_per_call, write_reports)
+                                     machine_text, parse_kinds, parse_lengths, report_markdown, seconds_per_call,
+                                     write_reports)
 
 DEFAULT_LENGTHS = "128,512,2048,8192"
 QUICK = {"lengths": "16,64", "heads": 2, "head_dim": 16, "steps": 8, "repeats": 2}
@@ -141,14 +142,13 @@ def summary(result: dict) -> str:
 
 
 def markdown(result: dict) -> str:
-    s, m = result["settings"], result["machine"]
-    return "\n".join([
-        "# Incremental decoding, one causal self-attention layer (projections included)\n",
-        f"B={s['batch']}, H={s['heads']}, D={s['head_dim']}, float32; the last {s['steps']} positions of a "
-        f"buffer of L; median of {s['repeats']} timings; {m['platform']} ({m['device']}), {m['cpu_count']} "
-        f"CPUs, jax {m['jax']}. Softmax kinds keep a KV cache (a step scores all L positions), kernelised "
-        f"kinds a state sum phi(k) [v, 1]^T (a step is O(1) in L).\n",
-        table(result), "", f"**{summary(result)}**", ""])
+    s = result["settings"]
+    settings = (f"B={s['batch']}, H={s['heads']}, D={s['head_dim']}, float32; the last {s['steps']} positions of a "
+                f"buffer of L; median of {s['repeats']} timings; {machine_text(result['machine'])}. Softmax kinds "
+                f"keep a KV cache (a step scores all L positions), kernelised kinds a state sum phi(k) [v, 1]^T (a "
+                f"step is O(1) in L).")
+    return report_markdown("Incremental decoding, one causal self-attention layer (projections included)", settings,
+                           table(result), "", f"**{summary(result)}**", "")
 
 
 def plot(result: dict, path: str) -> str:

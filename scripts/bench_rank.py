@@ -40,7 +40,7 @@ from absl import flags  # noqa: E402
 
 from analysis import rank  # noqa: E402
 from scripts import command_line  # noqa: E402
-from scripts.bench_attention import parse_lengths  # noqa: E402
+from scripts.bench_attention import machine_text, parse_lengths, report_markdown  # noqa: E402
 
 ROLE = "encoder_self"  # any role: the analysis does not depend on which
 
@@ -145,14 +145,12 @@ def table(result: dict) -> str:
 
 def markdown(result: dict) -> str:
     s, m = result["settings"], result["machine"]
-    return "\n".join([
-        "# Rank analysis of attention weights: device path (new) against host path (old)\n",
-        f"{s['layers']} layers, B={s['batch']}, H={s['heads']}, D={s['head_dim']}, softmax weights, float32; "
-        f"median of {s['repeats']} timings (one timing above {s['max_seconds']:g} s); {m['platform']} "
-        f"({m['device']}), {m['cpu_count']} CPUs, OpenBLAS threads {m['openblas_threads']}, jax {m['jax']}, numpy "
-        f"{m['numpy']}. old/new uses the full old "
-        f"time where measured (L <= {s['old_max_length']:,}), else the extrapolated one.\n",
-        table(result), ""])
+    settings = (f"{s['layers']} layers, B={s['batch']}, H={s['heads']}, D={s['head_dim']}, softmax weights, float32; "
+                f"median of {s['repeats']} timings (one timing above {s['max_seconds']:g} s); {machine_text(m)}, "
+                f"numpy {m['numpy']}, OpenBLAS threads {m['openblas_threads']}. old/new uses the full old time "
+                f"where measured (L <= {s['old_max_length']:,}), else the extrapolated one.")
+    return report_markdown("Rank analysis of attention weights: device path (new) against host path (old)", settings,
+                           table(result), "")
 
 
 FLAGS = flags.FlagValues()

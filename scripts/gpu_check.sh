@@ -137,6 +137,16 @@ else
 fi
 
 # --- summary: the steps, then each report's headline lines ---------------------------------------------
+# One "## <title>" section of the summary: the output of <command...> on the report.
+section() {
+  local title=$1 report=$2
+  shift 2
+  echo
+  echo "## $title"
+  echo
+  "$@" "$report"
+}
+
 {
   echo "# GPU check: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo
@@ -153,25 +163,13 @@ fi
     echo "| $name | $status | $seconds |"
   done
   for report in "$OUT"/attention-*/attention.md; do
-    [[ -f $report ]] || continue
-    echo
-    echo "## $(basename "$(dirname "$report")")"
-    echo
-    grep -E '^B=|^\*\*' "$report" || true
+    [[ -f $report ]] && section "$(basename "$(dirname "$report")")" "$report" grep -E '^B=|^\*\*' || true
   done
   for report in "$OUT"/chunks-*/chunks.md; do
-    [[ -f $report ]] || continue
-    echo
-    echo "## $(basename "$(dirname "$report")")"
-    echo
-    sed -n '/^## /,$p' "$report"
+    [[ -f $report ]] && section "$(basename "$(dirname "$report")")" "$report" sed -n '/^## /,$p' || true
   done
   for report in "$OUT/train/train.md" "$OUT/decode/decode.md"; do
-    [[ -f $report ]] || continue
-    echo
-    echo "## $(basename "$report")"
-    echo
-    cat "$report"
+    [[ -f $report ]] && section "$(basename "$report")" "$report" cat || true
   done
 } >"$OUT/summary.md"
 echo
