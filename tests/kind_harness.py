@@ -8,10 +8,12 @@ jax.numpy it is differentiated for the gradients. The output is always weights @
 
 Declare one with `@dense_reference(kind, **options)` in `tests/reference_*.py` beside the kind's tests (or
 in the test file that defines a kind), then subclass `KindContract` with `kinds = (...)` in a test file:
-every test below then runs on those kinds. tests/test_kinds.py holds the kinds of the `attention` package
-to it and fails for a registered kind that has no reference.
+every test below then runs on those kinds. tests/test_contract_scored.py and test_contract_kernelized.py
+hold the kinds of the `attention` package to it (two files, so that parallel workers share the work), and
+tests/test_kinds.py fails for a registered kind that has no reference or that neither of them runs.
 """
 import dataclasses
+import functools
 import importlib
 import pathlib
 from typing import Callable
@@ -64,6 +66,15 @@ def references() -> dict[str, Reference]:
 def package_kinds() -> list[str]:
     """The kinds the attention package registers: a test may register its own (tests/test_kind_demo.py)."""
     return [name for name in attention.names() if registry.get(name).__module__.split(".")[0] == "attention"]
+
+
+def package_kinds_of(base: type) -> tuple[str, ...]:
+    """One name per class (scaled_dot is softmax) of the package's kinds built on `base`."""
+    classes = {}
+    for name in package_kinds():
+        if issubclass(registry.get(name), base):
+            classes.setdefault(registry.get(name), name)
+    return tuple(sorted(classes.values()))
 
 
 def reference_for(kind: str) -> Reference:
@@ -119,25 +130,31 @@ def module_arrays(module) -> dict:
     return {path[0]: np.asarray(value, np.float64) for path, value in arrays.items()
             if len(path) == 1 and not jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key)}
 
+
 def expected(kind, module, q, k, v, allowed):
     """(output, weights) of the kind's reference in float64 numpy."""
     weights = reference_for(kind).weights(np, q, k, allowed, module_arrays(module))
     return np.einsum("bhqk,bkhd->bqhd", weights, v), weights
 
 
-def _jitted(module, causal):
-    """(q, k, v, mask) -> (output, weights) of the module under one jit (eager calls compile each op)."""
-    return jax.jit(lambda q, k, v, mask: (module(q, k, v, mask, causal=causal),
-                                          module.weights(q, k, mask, causal=causal)))
+@functools.cache
+def attending(kind: str, causal: bool):
+    """(module, jitted (q, k, v, mask) -> (output, weights)) of `kind`, cached: the tests of a kind on the
+    same shapes share one compilation (eager calls would compile each operation)."""
+    module = create(kind)
+    return module, jax.jit(lambda q, k, v, mask: (module(q, k, v, mask, causal=causal),
+                                                  module.weights(q, k, mask, causal=causal)))
 
 
-def _gradients(module, causal):
-    """jitted (q, k, v, mask, cotangent) -> gradients of sum(cotangent * output) for (q, k, v) and the
-    module's parameters by name, and the output."""
+@functools.cache
+def differentiating(kind: str):
+    """(module, jitted (q, k, v, mask, cotangent) -> gradients of sum(cotangent * output) of causal attention
+    for (q, k, v) and the module's parameters by name, and the output), cached as `attending` is."""
+    module = create(kind)
     graphdef, params, rest = nnx.split(module, nnx.Param, ...)
 
     def loss(params, q, k, v, mask, cotangent):
-        out = nnx.merge(graphdef, params, rest)(q, k, v, mask, causal=causal)
+        out = nnx.merge(graphdef, params, rest)(q, k, v, mask, causal=True)
         return (out.astype(jnp.float32) * cotangent).sum(), out
 
     grad = jax.jit(jax.grad(loss, (0, 1, 2, 3), has_aux=True))
@@ -146,7 +163,7 @@ def _gradients(module, causal):
         (param_grads, *input_grads), out = grad(params, q, k, v, mask, cotangent)
         return input_grads, {path[0]: value[...] for path, value in param_grads.flat_state()}, out
 
-    return gradients
+    return module, gradients
 
 
 def _reference_gradients(kind, module, q, k, v, allowed, cotangent):
@@ -183,9 +200,9 @@ class KindContract:
     def test_output_and_weights_match_reference(self, kind, setting):
         lq, lk, causal = SETTINGS[setting]
         q, k, v, key_valid = inputs(lq=lq, lk=lk)
-        module = create(kind)
+        module, attend = attending(kind, causal)
         want, want_weights = expected(kind, module, q, k, v, allowed(key_valid, lq, causal))
-        out, weights = _jitted(module, causal)(*f32(q, k, v), mask(key_valid))
+        out, weights = attend(*f32(q, k, v), mask(key_valid))
         np.testing.assert_allclose(out, want, atol=2e-5, rtol=2e-5)
         np.testing.assert_allclose(weights, want_weights, atol=2e-6)
 
@@ -194,17 +211,17 @@ class KindContract:
         """No mask: the fast paths a kind may take then (jax.nn.dot_product_attention with is_causal) must
         keep what the kind narrows, e.g. local attention's window."""
         q, k, v, _ = inputs(seed=21)
-        module = create(kind)
+        module, attend = attending(kind, causal)
         want, _ = expected(kind, module, q, k, v, allowed(np.ones((B, L), bool), L, causal))
-        out, _ = _jitted(module, causal)(*f32(q, k, v), None)
+        out, _ = attend(*f32(q, k, v), None)
         np.testing.assert_allclose(out, want, atol=2e-5, rtol=2e-5)
 
     def test_gradients_match_reference(self, kind):
         """Causal and padded at once, for the inputs and every parameter."""
         q, k, v, key_valid = inputs(seed=3)
         cotangent = jnp.asarray(np.random.default_rng(4).normal(size=(B, L, H, D)), jnp.float32)
-        module = create(kind)
-        got_inputs, got_params, _ = _gradients(module, True)(*f32(q, k, v), mask(key_valid), cotangent)
+        module, gradients = differentiating(kind)
+        got_inputs, got_params, _ = gradients(*f32(q, k, v), mask(key_valid), cotangent)
         want_inputs, want_params = _reference_gradients(kind, module, q, k, v, allowed(key_valid, L, True),
                                                         cotangent)
         assert got_params.keys() == want_params.keys()
@@ -214,7 +231,7 @@ class KindContract:
     @pytest.mark.parametrize("causal", [False, True])
     def test_output_ignores_padded_and_future_keys(self, kind, causal):
         q, k, v, key_valid = inputs(seed=5)
-        attend = _jitted(create(kind), causal)
+        _, attend = attending(kind, causal)
         out, _ = attend(*f32(q, k, v), mask(key_valid))
         k2, v2 = k.copy(), v.copy()
         k2[~key_valid], v2[~key_valid] = 100.0, -100.0  # garbage in padded keys
@@ -230,10 +247,9 @@ class KindContract:
         q, _, v, key_valid = inputs(seed=9, norm=10.0)
         k = np.where(np.arange(L)[None, :, None, None] % 2, q, -q)
         key_valid[1, 0] = False
-        module = create(kind)
-        out, weights = _jitted(module, True)(*f32(q, k, v), mask(key_valid))
-        input_grads, param_grads, _ = _gradients(module, True)(*f32(q, k, v), mask(key_valid),
-                                                               jnp.ones((B, L, H, D)))
+        _, attend = attending(kind, True)
+        out, weights = attend(*f32(q, k, v), mask(key_valid))
+        input_grads, param_grads, _ = differentiating(kind)[1](*f32(q, k, v), mask(key_valid), jnp.ones((B, L, H, D)))
         for array in [out, weights, *input_grads, *param_grads.values()]:
             assert np.all(np.isfinite(np.asarray(array)))
         assert np.all(np.asarray(out)[1, 0] == 0) and np.all(np.asarray(weights)[1, :, 0] == 0)
