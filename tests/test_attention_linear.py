@@ -11,10 +11,10 @@ from flax import nnx
 
 import attention
 from attention import feature_maps
+import kind_harness as harness
+from kind_harness import B, D, H, L
 
 pytestmark = pytest.mark.accelerator  # make test-accelerator runs these on the GPU or TPU
-
-B, L, H, D = 2, 13, 3, 4
 
 
 def _inputs(seed=0, lq=L, lk=L, head_dim=D, norm=None):
@@ -46,16 +46,6 @@ def _create(name, head_dim=D, **options):
         module.weight[...] = module.weight[...] + jnp.asarray(noise, jnp.float32)
     return module
 
-
-def _mask(key_valid):
-    return jnp.asarray(key_valid[:, None, None, :])
-
-
-def _allowed(key_valid, lq, causal):
-    allowed = np.broadcast_to(key_valid[:, None, None, :], (B, H, lq, key_valid.shape[1]))
-    if causal:
-        allowed = allowed & np.tril(np.ones((lq, lq), bool))
-    return allowed
 
 
 def _traced(function, *args):
@@ -140,9 +130,9 @@ def test_performer_at_logits_near_90_is_exact_and_ignores_future_keys(causal):
     k2[:, 7:], v2[:, 7:] = w * d**0.25, 50.0
     results = []
     for keys, values in ((k, v), (k2, v2)):
-        out, weights = attend(q, keys, values, _mask(key_valid))
+        out, weights = attend(q, keys, values, harness.mask(key_valid))
         expected, expected_weights = performer_log_space_reference(
-            module, q, keys, values, _allowed(key_valid, L, causal))
+            module, q, keys, values, harness.allowed(key_valid, L, causal))
         assert _all_finite((out, weights))
         np.testing.assert_allclose(out, expected, atol=1e-4, rtol=1e-4)
         np.testing.assert_allclose(weights, expected_weights, atol=1e-5)
@@ -224,7 +214,7 @@ def test_performer_redraws_its_projection_on_schedule_and_only_in_training():
     assert changed == [True, False, False, True, False]  # steps 0 and 3
 
     q, k, v, key_valid = _inputs()
-    forward = nnx.jit(lambda module, q, k, v: module(q, k, v, _mask(key_valid)))  # carries state changes out
+    forward = nnx.jit(lambda module, q, k, v: module(q, k, v, harness.mask(key_valid)))  # carries state changes out
     first = forward(module, q, k, v)
     np.testing.assert_array_equal(forward(module, q, k, v), first)
     np.testing.assert_array_equal(module.projection[...], projections[0])
@@ -270,7 +260,7 @@ def test_performer_stays_finite_in_bfloat16():
     q, k, v, key_valid = _inputs(seed=10, norm=10.0)
     q, k, v = (jnp.asarray(x, jnp.bfloat16) for x in (q, k, v))
     _, params, gradients = _differentiated("performer")
-    grads, out = gradients(q, k, v, params, _mask(key_valid), jnp.ones((B, L, H, D)))
+    grads, out = gradients(q, k, v, params, harness.mask(key_valid), jnp.ones((B, L, H, D)))
     assert all(x.dtype == jnp.bfloat16 for x in (out, *grads[:3]))
     assert _all_finite(out) and _all_finite(grads)
 
