@@ -22,13 +22,6 @@ def _create(name, **options):
     return attention.create(name, num_heads=H, head_dim=D, rngs=nnx.Rngs(0), **options)
 
 
-def _randomised(module, seed=10):
-    rng = np.random.default_rng(seed)
-    params = nnx.state(module, nnx.Param)
-    nnx.update(module, jax.tree.map(lambda x: x + jnp.asarray(0.5 * rng.normal(size=x.shape), x.dtype), params))
-    return module
-
-
 def _gradients(module, q, k, v, mask, causal, cotangent):
     """Gradients of sum(cotangent * output) w.r.t. q, k, v and the module's parameters (by name)."""
     graphdef, params, rest = nnx.split(module, nnx.Param, ...)
@@ -91,7 +84,7 @@ def test_local_weights_are_zero_outside_the_window(setting):
     distance = np.abs(np.arange(lk)[None, :] - ref.local_m_positions(lq, lk)[:, None])
     inside = distance <= WINDOW
     assert np.all(local[..., ~inside] == 0) and np.all(local[..., inside][allowed[..., inside]] > 0)
-    module = _randomised(_create("local_predictive"))
+    module = harness.create("local_predictive")
     predictive = np.asarray(module.weights(*harness.f32(q, k), harness.mask(key_valid)))
     positions = ref.local_p_positions(np, q, allowed, harness.module_arrays(module))
     outside = np.abs(np.arange(lk) - positions[..., None]) > WINDOW + 1e-4
@@ -145,7 +138,7 @@ def test_forced_forward_spreads_a_repeated_query_evenly_after_its_first_step():
     step preferred, later steps are uniform over the allowed keys."""
     q, k, _, key_valid = harness.inputs(seed=14, lq=5, lk=9)
     q[:] = q[:, :1]
-    weights = np.asarray(_randomised(_create("forced_forward")).weights(*harness.f32(q, k), harness.mask(key_valid)))
+    weights = np.asarray(harness.create("forced_forward").weights(*harness.f32(q, k), harness.mask(key_valid)))
     uniform = key_valid / key_valid.sum(-1, keepdims=True)
     np.testing.assert_allclose(weights[:, :, 1:], np.broadcast_to(uniform[:, None, None], (B, H, 4, 9)), atol=1e-6)
     assert np.all(weights[:, :, 0].max(-1) > 2 * uniform.max(-1)[:, None])
