@@ -12,7 +12,7 @@ from absl import flags, logging
 from ml_collections import config_flags
 
 from training import cli
-from training.evaluate import evaluate
+from training.loop import evaluate
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file[:presets]; default: the workdir's own, "
                                           f"{cli.WORKDIR_CONFIG}:<workdir>.")

@@ -14,38 +14,26 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from analysis import plots, recall_report, stats  # noqa: E402
+from analysis import plots, stats  # noqa: E402
 
 # The role whose ranks a run reports: the bidirectional self-attention, where a kernelised kind's rank is
 # bounded by its features; for a model without one, its cross-attention (the RNN), bounded alike, or its
 # causal self-attention (the causal recall model).
 ROLES = ("encoder_self", "cross", "decoder_self")
-# Per task, the metrics of the accuracy table; the first is the headline, with its std over seeds.
-METRICS = {
-    "mlm": ("masked_accuracy", "loss", "perplexity"),
-    "translation": ("exact_match", "token_accuracy", "bleu", "loss"),
-    "recall": ("query_accuracy", "loss"),
-    "listops": ("accuracy", "loss"),
-}
 FEATURE_DIM_PLOT = "accuracy_vs_feature_dim.png"
 EFFECTIVE_RANK_PLOT = "accuracy_vs_effective_rank.png"
 SPECTRA_PLOT = "spectra.png"
 RESULTS_JSON = "results.json"
 
 
-def _metrics(task: str) -> tuple[str, ...]:
-    if task not in METRICS:
-        raise ValueError(f"unknown task {task!r}; tasks: {', '.join(METRICS)}")
-    return METRICS[task]
+def _headline(metrics: tuple[str, ...], evals: list[dict]) -> tuple[float, float | None]:
+    return stats.mean_std([result["metrics"][metrics[0]] for result in evals])
 
 
-def _headline(task: str, evals: list[dict]) -> tuple[float, float | None]:
-    return stats.mean_std([result["metrics"][_metrics(task)[0]] for result in evals])
-
-
-def validation_score(task: str, evals: list[dict]) -> float:
-    """The headline metric on the validation split (compare.py's results carry it), mean over seeds."""
-    return float(np.mean([result["validation"][_metrics(task)[0]] for result in evals]))
+def validation_score(metrics: tuple[str, ...], evals: list[dict]) -> float:
+    """The headline metric (a task's METRICS[0]) on the validation split (compare.py's results carry it),
+    mean over seeds."""
+    return float(np.mean([result["validation"][metrics[0]] for result in evals]))
 
 
 def _role(attention: dict) -> str:
@@ -81,18 +69,16 @@ def _dash_if_none(value) -> str:
     return "-" if value is None else str(value)
 
 
-def accuracy_table(task: str, results: dict[str, list[dict]]) -> str:
-    """Test metrics per run: the headline as mean ± std over seeds ("-": one seed), the others as means
-    (recall's runs: recall_report.accuracy_table)."""
-    if task == "recall":
-        return recall_report.accuracy_table(results)
-    headline, *others = _metrics(task)
+def accuracy_table(metrics: tuple[str, ...], results: dict[str, list[dict]]) -> str:
+    """Test metrics per run (a task's METRICS): the headline as mean ± std over seeds ("-": one seed), the
+    others as means."""
+    headline, *others = metrics
     lines = [
         f"| run | kind | feature dim | seeds | {headline} (mean ± std) | " + " | ".join(others) + " |",
         "|---|---|---:|---:|---:|" + "---:|" * len(others),
     ]
     for name, evals in results.items():
-        mean, std = _headline(task, evals)
+        mean, std = _headline(metrics, evals)
         means = " | ".join(f"{np.mean([result['metrics'][metric] for result in evals]):.4f}" for metric in others)
         lines.append(
             f"| {name} | {_kind(evals)} | {_dash_if_none(_rank_bound(evals))} | {len(evals)} | "
@@ -186,13 +172,13 @@ def rank_note(results: dict[str, list[dict]], head_dim: int | None = None) -> st
     return " ".join(sentences)
 
 
-def plot_accuracy_vs_feature_dim(task: str, results: dict[str, list[dict]], path: str) -> str:
+def plot_accuracy_vs_feature_dim(metrics: tuple[str, ...], results: dict[str, list[dict]], path: str) -> str:
     """Headline metric against feature dim, one line per bounded kind; unbounded runs as dashed levels."""
     fig, ax = plt.subplots(figsize=(7.5, 4), layout="constrained")
     by_kind: dict[str, list[tuple[int, float, float]]] = {}
     colors = itertools.cycle(plots.COLORS)  # explicit: axhline does not advance the axes' colour cycle
     for name, evals in results.items():
-        mean, std = _headline(task, evals)
+        mean, std = _headline(metrics, evals)
         bound = _rank_bound(evals)
         if bound is None:
             color = next(colors)
@@ -207,24 +193,24 @@ def plot_accuracy_vs_feature_dim(task: str, results: dict[str, list[dict]], path
     if by_kind:  # a log axis needs positive data to place its limits
         plots.counts_log_x(ax)
     ax.set_xlabel("feature dim (rank bound)")
-    ax.set_ylabel(_metrics(task)[0])
+    ax.set_ylabel(metrics[0])
     plots.legend_outside(ax)
     return plots.save_figure(fig, path)
 
 
-def plot_accuracy_vs_effective_rank(task: str, results: dict[str, list[dict]], path: str) -> str:
+def plot_accuracy_vs_effective_rank(metrics: tuple[str, ...], results: dict[str, list[dict]], path: str) -> str:
     """Headline metric against the mean effective rank of the reported role, one labelled point per run."""
     fig, ax = plt.subplots(figsize=(7.5, 4), layout="constrained")
     ax.set_prop_cycle(color=plots.COLORS)
     for name, evals in results.items():
         if not _rank_rows(evals):
             continue
-        mean, std = _headline(task, evals)
+        mean, std = _headline(metrics, evals)
         effective_rank = _rank_mean(evals, "effective_rank")
         ax.errorbar(effective_rank, mean, yerr=std or 0.0, marker="o", capsize=3)
         ax.annotate(name, (effective_rank, mean), textcoords="offset points", xytext=(4, 4), fontsize=7)
     ax.set_xlabel("effective rank (mean over layers, heads, seeds)")
-    ax.set_ylabel(_metrics(task)[0])
+    ax.set_ylabel(metrics[0])
     return plots.save_figure(fig, path)
 
 
@@ -250,13 +236,14 @@ def plot_spectra_by_run(results: dict[str, list[dict]], spectra: dict[str, dict]
     return plots.save_figure(fig, path)
 
 
-def _rank_study_sections(task: str, results: dict[str, list[dict]], spectra: dict[str, dict], out_dir: str,
-                         head_dim: int | None) -> list[str]:
-    """Tables and plots of a study of accuracy against feature dim and rank (MLM, translation)."""
-    plot_accuracy_vs_feature_dim(task, results, os.path.join(out_dir, FEATURE_DIM_PLOT))
-    plot_accuracy_vs_effective_rank(task, results, os.path.join(out_dir, EFFECTIVE_RANK_PLOT))
-    images = [(f"{_metrics(task)[0]} against feature dim", FEATURE_DIM_PLOT),
-              (f"{_metrics(task)[0]} against effective rank", EFFECTIVE_RANK_PLOT)]
+def rank_study_sections(metrics: tuple[str, ...], results: dict[str, list[dict]], spectra: dict[str, dict],
+                        out_dir: str, head_dim: int | None) -> list[str]:
+    """Tables and plots of a study of accuracy (a task's METRICS) against feature dim and rank: a task's
+    report_sections with its metrics bound (functools.partial)."""
+    plot_accuracy_vs_feature_dim(metrics, results, os.path.join(out_dir, FEATURE_DIM_PLOT))
+    plot_accuracy_vs_effective_rank(metrics, results, os.path.join(out_dir, EFFECTIVE_RANK_PLOT))
+    images = [(f"{metrics[0]} against feature dim", FEATURE_DIM_PLOT),
+              (f"{metrics[0]} against effective rank", EFFECTIVE_RANK_PLOT)]
     if spectra:
         plot_spectra_by_run(results, spectra, os.path.join(out_dir, SPECTRA_PLOT))
         images.append(("layer-0 singular values", SPECTRA_PLOT))
@@ -264,7 +251,7 @@ def _rank_study_sections(task: str, results: dict[str, list[dict]], spectra: dic
         "## Test metrics\n\nFeature dim: the rank bound of the encoder self-attention (of the cross-attention "
         "for a model without one, the RNN; \"-\": none). "
         "Std over seeds with ddof=1 (\"-\": one seed); the other metrics are means over seeds.",
-        accuracy_table(task, results),
+        accuracy_table(metrics, results),
         "## Attention rank (encoder self-attention; cross-attention for the RNN)\n\nMeans over layers, "
         "heads and seeds of each run; each matrix's ranks are means over the analysed examples (docs/design.md). "
         "\"matrices over bound\": of the matrices of every layer, head, analysed example and seed, those whose "
@@ -281,7 +268,7 @@ def _rank_study_sections(task: str, results: dict[str, list[dict]], spectra: dic
 
 
 def write_report(
-    task: str,
+    task,
     preset: str,
     command: str,
     results: dict[str, list[dict]],
@@ -289,17 +276,14 @@ def write_report(
     out_dir: str,
     head_dim: int | None = None,
 ) -> str:
-    """Writes out_dir/report.md, its PNG plots and results.json (every run's per-seed results, the numbers
-    behind the tables); returns the report's path."""
+    """Writes out_dir/report.md of `task` (tasks/interface.py), its PNG plots and results.json (every run's
+    per-seed results, the numbers behind the tables); returns the report's path."""
     os.makedirs(out_dir, exist_ok=True)
-    if task == "recall":
-        body = recall_report.sections(results, out_dir)
-    else:
-        body = _rank_study_sections(task, results, spectra, out_dir, head_dim)
+    body = task.report_sections(results, spectra, out_dir, head_dim)
     if os.path.exists(os.path.join(out_dir, plots.CURVES_PLOT)):  # compare.py draws it from metrics.jsonl
-        body.append(f"## Validation curves\n\n![validation loss and {_metrics(task)[0]} against step, mean over "
+        body.append(f"## Validation curves\n\n![validation loss and {task.METRICS[0]} against step, mean over "
                     f"seeds]({plots.CURVES_PLOT})")
-    sections = [f"# {task} comparison, preset {preset}", f"Produced by\n\n```\n{command}\n```", *body]
+    sections = [f"# {task.NAME} comparison, preset {preset}", f"Produced by\n\n```\n{command}\n```", *body]
     with open(os.path.join(out_dir, RESULTS_JSON), "w") as f:
         json.dump(results, f, indent=1)
     path = os.path.join(out_dir, "report.md")

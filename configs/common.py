@@ -1,7 +1,51 @@
-"""Config blocks every task shares: attention kinds and their options, devices and precision, W&B."""
+"""The config every task starts from (base_config): the schedule, the optimiser, the Transformer's shared
+fields, attention kinds and their options, evaluation, devices and precision, W&B and restarts. A task's
+get_config sets what it trains differently and adds its own fields (docs/design.md, "Configs")."""
 import ml_collections
 
 from attention import registry
+
+
+def base_config(task: str) -> ml_collections.ConfigDict:
+    config = ml_collections.ConfigDict()
+    config.task = task
+    config.seed = 0  # parameters, dropout and data order derive from it (generated examples: dataset.seed)
+    config.num_train_steps = 3_000
+    config.log_every_steps = 100  # train metrics and the progress line
+    config.eval_every_steps = 1_000  # metrics on the validation split
+    config.checkpoint_every_steps = 1_000
+    config.per_device_batch_size = 32
+    config.learning_rate = 1e-3  # peak, after linear warmup; cosine decay to 0 at the last step
+    config.warmup_steps = 200
+    config.weight_decay = 0.01  # AdamW
+    config.grad_clip_norm = 1.0  # global norm; 0: no clipping
+    # A step with a non-finite loss or gradient never updates the parameters; then "stop" ends the run
+    # with an error naming the step, "skip" trains on and counts such steps (`skipped_steps` in metrics).
+    config.nonfinite = "stop"
+    config.label_smoothing = 0.0
+
+    config.model = ml_collections.ConfigDict()
+    config.model.num_layers = 2
+    config.model.d_model = 64
+    config.model.num_heads = 2
+    config.model.mlp_dim = 256  # the blocks' hidden width; 0: attention-only blocks
+    config.model.dropout_rate = 0.0
+    config.model.positions = "sinusoidal"  # or "learned"
+    config.model.qk_head_dim = 0  # width of each head's queries and keys; 0: d_model / num_heads
+    config.model.conv_kernel = 0  # a causal depthwise convolution before each self-attention; 0: none
+
+    config.attention = attention_config()
+    config.dataset = ml_collections.ConfigDict()  # the task's: its name, split and sizes
+
+    config.eval = ml_collections.ConfigDict()
+    config.eval.batch_size = 128
+    config.eval.rank_examples = 16  # test examples whose attention matrices are analysed
+    config.eval.plots = True  # attention heat maps and spectra in the workdir's plots/
+
+    add_device_fields(config)
+    config.wandb = wandb_config()
+    add_resume_field(config)
+    return config
 
 
 def attention_config() -> ml_collections.ConfigDict:

@@ -12,43 +12,18 @@ e.g. `--config=configs/listops.py:attention=performer,pooling=mean`.
 """
 import ml_collections
 
-from configs import common, presets
+from configs import common, grids, presets
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    config = ml_collections.ConfigDict()
-    config.task = "listops"
-    config.seed = 0  # parameters, dropout and data order (the examples: dataset.seed)
-    config.num_train_steps = 3_000
-    config.log_every_steps = 100  # train metrics and the progress line
+    config = common.base_config("listops")
     config.eval_every_steps = 500  # accuracy on the validation split
     config.checkpoint_every_steps = 500
-    config.per_device_batch_size = 32
-    config.learning_rate = 1e-3  # peak, after linear warmup; cosine decay to 0 at the last step
-    config.warmup_steps = 200
-    config.weight_decay = 0.01  # AdamW
-    config.grad_clip_norm = 1.0  # global norm; 0: no clipping
-    # A step with a non-finite loss or gradient never updates the parameters; then "stop" ends the run
-    # with an error naming the step, "skip" trains on and counts such steps (`skipped_steps` in metrics).
-    config.nonfinite = "stop"
-    config.label_smoothing = 0.0
-
-    config.model = ml_collections.ConfigDict()
-    config.model.num_layers = 2  # the lab's size of LRA's re-run (2 layers, d 64, 2 heads)
-    config.model.d_model = 64
-    config.model.num_heads = 2
     config.model.mlp_dim = 128  # the blocks' and the classifier's hidden width, and the pooling scores'
-    config.model.dropout_rate = 0.0
-    config.model.positions = "sinusoidal"  # or "learned"
-    config.model.qk_head_dim = 0  # width of each head's queries and keys; 0: d_model / num_heads
-    config.model.conv_kernel = 0  # a causal depthwise convolution before each self-attention; 0: none
     config.model.pooling = "cls"  # cls, mean, feed_forward or structured (models/pooling.py)
     config.model.pooling_hops = 4  # structured: the r rows of A
     config.model.pooling_penalty = 1.0  # structured: weight of ||A A^T - I||_F^2 in the loss (Lin et al.'s)
 
-    config.attention = common.attention_config()
-
-    config.dataset = ml_collections.ConfigDict()
     config.dataset.name = "listops"  # generated (data/listops.py), cached under data_dir
     config.dataset.max_depth = 6  # levels of the tree, digits included (LRA's count): operators nest 5 deep
     config.dataset.max_args = 10  # arguments per operator, at most (LRA's)
@@ -61,14 +36,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.dataset.split = "test"  # the split eval.json reports: test or validation
     config.dataset.data_dir = "datasets"  # where the generated splits are cached
 
-    config.eval = ml_collections.ConfigDict()
     config.eval.batch_size = 256
-    config.eval.rank_examples = 16  # test sequences whose attention matrices are analysed
-    config.eval.plots = True
-
-    common.add_device_fields(config)
-    config.wandb = common.wandb_config()
-    common.add_resume_field(config)
 
     presets.apply(config, arg, {"attention": common.set_attention, "pooling": _set_pooling, "quick": _set_quick,
                                 "full": _set_full, "tiny": _set_tiny})
@@ -113,3 +81,29 @@ def _set_tiny(config, _):
     config.dataset.train_size = 320
     config.dataset.validation_size = 32
     config.dataset.test_size = 48
+
+
+# The studies of `python -m scripts.compare --task=listops --preset=<name>`: grids of runs on this config.
+def _runs(local_window: int) -> list[grids.Run]:
+    """LRA's separating kinds with the [CLS] head, and softmax with each other pooling head."""
+    kinds = [grids.kind_run("softmax"), grids.kind_run("linear"), grids.kind_run("performer"),
+             grids.kind_run("taylor", taylor_order=2), grids.kind_run("local", window=local_window)]
+    heads = [grids.Run(f"softmax_{head}", {"attention.name": "softmax", "model.pooling": head})
+             for head in ("mean", "feed_forward", "structured")]
+    return kinds + heads
+
+
+def _study_quick() -> grids.Study:
+    """Expressions of 32-128 tokens (depth 6, 5 arguments): a CPU's budget."""
+    return grids.Study("configs/listops.py:quick", {}, _runs(local_window=16), seeds=2)
+
+
+def _study_full() -> grids.Study:
+    """Long Range Arena's ListOps (500-2,000 tokens), for an accelerator."""
+    return grids.Study("configs/listops.py:full", {}, _runs(local_window=64), seeds=3)
+
+
+STUDIES = {
+    "quick": _study_quick,
+    "full": _study_full,
+}

@@ -12,45 +12,32 @@ Presets in the argument, comma separated:
   tiny               a seconds-long run for tests and smoke checks
 e.g. `--config=configs/recall.py:attention=linear,form=bidirectional --config.dataset.num_kv_pairs=16`.
 """
+import dataclasses
+
 import ml_collections
 
-from configs import common, presets
+from configs import common, grids, presets
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    config = ml_collections.ConfigDict()
-    config.task = "recall"
-    config.seed = 0  # parameters and the order of the training examples (the examples: dataset.seed)
+    config = common.base_config("recall")
     config.num_train_steps = 1_000
-    config.log_every_steps = 50  # train metrics and the progress line
+    config.log_every_steps = 50
     config.eval_every_steps = 250  # query accuracy on the validation split
     config.checkpoint_every_steps = 500
     config.per_device_batch_size = 64
-    config.learning_rate = 3e-3  # peak, after linear warmup; cosine decay to 0 at the last step
+    config.learning_rate = 3e-3
     config.warmup_steps = 100
-    config.weight_decay = 0.1  # AdamW
-    config.grad_clip_norm = 1.0  # global norm; 0: no clipping
-    # A step with a non-finite loss or gradient never updates the parameters; then "stop" ends the run
-    # with an error naming the step, "skip" trains on and counts such steps (`skipped_steps` in metrics).
-    config.nonfinite = "stop"
-    config.label_smoothing = 0.0
-
-    config.model = ml_collections.ConfigDict()
-    config.model.num_layers = 2
-    config.model.d_model = 64
+    config.weight_decay = 0.1
     config.model.num_heads = 1  # Zoology's attention baselines use one head
-    config.model.mlp_dim = 0  # 0: attention-only blocks, as Zoology's recall models
-    config.model.dropout_rate = 0.0
-    config.model.positions = "learned"  # or "sinusoidal"
+    config.model.mlp_dim = 0  # attention-only blocks, as Zoology's recall models
+    config.model.positions = "learned"
     config.model.tied_embeddings = True  # logits = final states . token embeddings (the only choice here)
-    config.model.qk_head_dim = 0  # width of each head's queries and keys (Based's d'); 0: d_model / num_heads
+    config.model.qk_head_dim = 0  # Based's d'; 0: d_model / num_heads
     # A causal depthwise convolution before each attention: a position sees its predecessor without
     # spending attention on it. Without it even softmax can sit on a plateau for 1,000+ steps.
     config.model.conv_kernel = 3
 
-    config.attention = common.attention_config()
-
-    config.dataset = ml_collections.ConfigDict()
     config.dataset.name = "mqar"  # generated in memory from dataset.seed (data/recall.py)
     config.dataset.form = "causal"  # "causal": predict the value at the query; "bidirectional": at [MASK]
     config.dataset.vocab_size = 8_192  # keys from [1, V/2), values from [V/2, V) (Zoology's V)
@@ -63,14 +50,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.dataset.seed = 0  # the examples of every split: the same for every run and config.seed
     config.dataset.split = "test"  # the split eval.json reports: test or validation
 
-    config.eval = ml_collections.ConfigDict()
     config.eval.batch_size = 500
-    config.eval.rank_examples = 16  # test sequences whose attention at the query rows is analysed
-    config.eval.plots = True
-
-    common.add_device_fields(config)
-    config.wandb = common.wandb_config()
-    common.add_resume_field(config)
 
     presets.apply(config, arg, {"attention": common.set_attention, "form": _set_form, "quick": _set_quick,
                                 "full": _set_full, "tiny": _set_tiny})
@@ -116,3 +96,86 @@ def _set_tiny(config, _):
     config.dataset.validation_size = 32
     config.dataset.test_size = 48
     config.eval.batch_size = 32
+
+
+# The studies of `python -m scripts.compare --task=recall --preset=<name>`: grids of runs on this config.
+_OPTION_LETTERS = {"num_features": "m", "window": "w"}  # in run names: performer_m64_N16, local_w8_N16
+
+
+def _run(kind: str, pairs: int, qk_head_dim: int = 0, **options) -> grids.Run:
+    """A recall run of `kind` on N = `pairs` key-value pairs; `qk_head_dim` d' (0: the head's width) sets
+    a kernelised kind's feature dim, e.g. elu+1's m = d', Taylor's m = C(d' + 2, 2)."""
+    width = f"_d{qk_head_dim}" if qk_head_dim else ""
+    extra = "".join(f"_{_OPTION_LETTERS.get(key, key)}{value}" for key, value in options.items())
+    overrides = {"attention.name": kind, "dataset.num_kv_pairs": pairs, "model.qk_head_dim": qk_head_dim,
+                 **{f"attention.{key}": value for key, value in options.items()}}
+    return grids.Run(f"{kind}{width}{extra}_N{pairs}", overrides)
+
+
+def _study_quick() -> grids.Study:
+    """Causal MQAR at L = 64: softmax, elu+1 at d' = 16 (m = 16) and Taylor at d' = 4 (m = 15, nearly the
+    same state) against N, and both kinds' feature width at N = 16, from m well below N to m above it."""
+    pairs = (4, 8, 16)
+    runs = [_run(kind, n, width) for n in pairs for kind, width in
+            (("softmax", 0), ("linear", 16), ("taylor", 4))]
+    runs += [_run("linear", 16, width) for width in (4, 64)]
+    runs += [_run("taylor", 16, width) for width in (2, 8)]
+    return grids.Study("configs/recall.py:quick", {}, runs, seeds=3)
+
+
+def _study_bidirectional() -> grids.Study:
+    """The quick grid in the bidirectional form, where a kernelised kind's rank bound applies directly."""
+    return dataclasses.replace(_study_quick(), config="configs/recall.py:quick,form=bidirectional")
+
+
+def _study_kinds() -> grids.Study:
+    """Every kernelised kind of Hedgehog's Table 2 and the rest of the zoo at N = 16, L = 64: Taylor and
+    exp_limit at d' = 16 (m = 153, as Based), the others at the head's width 64 (Performer with m = 64)."""
+    runs = [_run("softmax", 16), _run("linear", 16), _run("relu", 16),
+            _run("performer", 16, num_features=64), _run("taylor", 16, 16),
+            _run("exp_limit", 16, 16), _run("cosformer", 16), _run("hedgehog", 16),
+            _run("local", 16, window=8)]
+    return grids.Study("configs/recall.py:quick", {}, runs, seeds=2)
+
+
+def _study_anchors() -> grids.Study:
+    """Softmax at Zoology's Figure 2 sizes, d_model 64, V = 8,192: (L, N) = (64, 4), (128, 8), (256, 16)."""
+    runs = [grids.Run(f"softmax_L{length}_N{pairs}", {"dataset.seq_len": length, "dataset.num_kv_pairs": pairs})
+            for length, pairs in ((64, 4), (128, 8), (256, 16))]
+    return grids.Study("configs/recall.py", {}, runs, seeds=1)
+
+
+# The full recall grid's points on the feature-width axis: (kind, d', kind options). d' sets the feature dim
+# m of most kernelised kinds (elu+1, relu: m = d'; cosformer, hedgehog: 2 d'; taylor, exp_limit:
+# C(d' + 2, 2) = 15, 45, 153); Performer's m is its own option, local attention's state its window. Two or
+# three points per kind, two learning rates: 19 x 5 N x 2 x 3 seeds = 570 runs.
+_RECALL_WIDTHS = (
+    [("softmax", 0, {})]
+    + [(kind, width, {}) for kind in ("linear", "relu") for width in (16, 64)]
+    + [(kind, width, {}) for kind in ("cosformer", "hedgehog") for width in (8, 32)]
+    + [(kind, width, {}) for kind in ("taylor", "exp_limit") for width in (4, 8, 16)]
+    + [("performer", 0, {"num_features": m}) for m in (16, 256)]
+    + [("local", 0, {"window": window}) for window in (8, 32)]
+)
+_LEARNING_RATES = (1e-3, 3e-3)
+
+
+def _study_full() -> grids.Study:
+    """Every kind x N x feature width x learning rate, 3 seeds, at L = 256 and V = 8,192 (Zoology's); each
+    (kind, N, width) keeps the learning rate of the best mean validation accuracy (Run.group)."""
+    runs = []
+    for pairs in (4, 8, 16, 32, 64):
+        for kind, width, options in _RECALL_WIDTHS:
+            base = _run(kind, pairs, width, **options)
+            runs += [grids.Run(f"{base.name}_lr{rate:g}", {**base.overrides, "learning_rate": rate}, group=base.name)
+                     for rate in _LEARNING_RATES]
+    return grids.Study("configs/recall.py:full", {}, runs, seeds=3)
+
+
+STUDIES = {
+    "quick": _study_quick,
+    "bidirectional": _study_bidirectional,
+    "kinds": _study_kinds,
+    "anchors": _study_anchors,
+    "full": _study_full,
+}

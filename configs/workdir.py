@@ -5,10 +5,39 @@ presets, e.g. `--config=configs/workdir.py:runs/x --config.num_train_steps=6000
 --config.resume_with_changes=num_train_steps`. A field the run's config.json lacks (written before the
 field existed) keeps its default.
 """
+import importlib
+import os
+
+import tasks
 from training import workdirs
+from training.workdirs import CONFIG_FILE, WorkdirError
 
 
 def get_config(path: str | None = None):
     if not path:
-        raise workdirs.WorkdirError("configs/workdir.py needs the workdir: --config=configs/workdir.py:<workdir>")
-    return workdirs.load_config(path)
+        raise WorkdirError("configs/workdir.py needs the workdir: --config=configs/workdir.py:<workdir>")
+    return load_config(path)
+
+
+def load_config(workdir: str):
+    """The config `workdir` was trained with."""
+    workdirs.require_directory(workdir)
+    if (stored := workdirs.stored_config(workdir)) is None:
+        raise WorkdirError(f"{os.path.join(workdir, CONFIG_FILE)}: not found; pass the run's --config")
+    return from_record(stored, os.path.join(workdir, CONFIG_FILE))
+
+
+def from_record(record: dict, where: str):
+    """The ConfigDict of a config.json without its runtime: its task's default config with the record's
+    values; a field the record lacks (written before the field existed) keeps its default."""
+    task = record.get("task")
+    if task not in tasks.names():
+        raise WorkdirError(f"{where}: task={task!r} is not a task of this lab")
+    config = importlib.import_module(f"configs.{task}").get_config()
+    for field, value in workdirs.flatten(record).items():
+        try:
+            config.update_from_flattened_dict({field: value})
+        except (KeyError, AttributeError, TypeError) as error:
+            raise WorkdirError(f"{where}: field {field}={value!r} does not fit this version's config "
+                               f"({error}); pass the run's --config") from None
+    return config

@@ -7,7 +7,7 @@ host path it replaced.
 Input: the weights one role's attention gives to the analysis, [layers, B, H, L, L] float32 on the default
 device: softmax(q k^T / sqrt(D)) of standard-normal q and k [layers, B, H, L, D] (no padding).
 
-new: what evaluation runs now (training/evaluate.py attention_analysis): analysis.rank.attention_spectra
+new: what evaluation runs now (training/evaluation.py attention_analysis): analysis.rank.attention_spectra
 (a float64 batched SVD, singular values only, one layer at a time on the device; one transfer of the
 spectra), then the summary rows and the mean spectrum from those spectra.
 

@@ -28,7 +28,8 @@ from configs import recall as recall_config
 from configs import translation as translation_config
 from data.prefetch import prefetch
 from scripts import command_line
-from training import sharding, steps, tasks, validate
+import tasks
+from training import sharding, steps, validate
 
 CONFIG_MODULES = {"configs/translation.py": translation_config, "configs/mlm.py": mlm_config,
                   "configs/recall.py": recall_config}

@@ -20,8 +20,9 @@ import time
 
 from absl import flags
 
+import tasks
 from analysis import plots, report
-from configs import studies
+from configs import grids, studies
 from scripts import command_line
 from training import devices
 from training.metrics import read_metrics
@@ -55,7 +56,7 @@ def split_extra(argv: list[str]) -> tuple[list[str], list[str]]:
     return (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
 
 
-def select_runs(study: studies.Study, only: str) -> list[studies.Run]:
+def select_runs(study: grids.Study, only: str) -> list[grids.Run]:
     """The study's runs named in `only` (all when empty); an unknown name is an error."""
     if not only:
         return study.runs
@@ -67,11 +68,11 @@ def select_runs(study: studies.Study, only: str) -> list[studies.Run]:
     return [run for run in study.runs if run.name in wanted]
 
 
-def run_workdir(runs_dir: str, task: str, preset: str, run: studies.Run, seed: int) -> str:
+def run_workdir(runs_dir: str, task: str, preset: str, run: grids.Run, seed: int) -> str:
     return os.path.join(runs_dir, task, preset, run.name, f"seed{seed}")
 
 
-def train_command(study: studies.Study, run: studies.Run, seed: int, workdir: str, group: str,
+def train_command(study: grids.Study, run: grids.Run, seed: int, workdir: str, group: str,
                   extra: list[str]) -> list[str]:
     """train.py's command line: the study's overrides, then the run's, then `extra` (the last wins)."""
     overrides = {**study.overrides, **run.overrides}
@@ -199,8 +200,8 @@ def curve_records(results: dict[str, list[dict]], workdirs: dict[str, list[str]]
 
 
 def select_by_validation(task: str, results: dict[str, list[dict]],
-                         runs: list[studies.Run]) -> dict[str, list[dict]]:
-    """Each group of alternative runs (studies.Run.group) reduced to the one with the best mean validation
+                         runs: list[grids.Run]) -> dict[str, list[dict]]:
+    """Each group of alternative runs (grids.Run.group) reduced to the one with the best mean validation
     headline metric, under the group's name (the chosen run's name is kept in each result's "run");
     runs without a group pass unchanged."""
     selected, best = {}, {}
@@ -211,7 +212,7 @@ def select_by_validation(task: str, results: dict[str, list[dict]],
         if not run.group:
             selected[run.name] = evals
             continue
-        score = report.validation_score(task, evals)
+        score = report.validation_score(tasks.get(task).METRICS, evals)
         if run.group not in best or score > best[run.group]:
             best[run.group], selected[run.group] = score, evals
     return selected
@@ -238,7 +239,7 @@ def run_jobs(jobs: list[Job], workers: int | None) -> list[str]:
     return failed
 
 
-def _jobs(study: studies.Study, runs: list[studies.Run], seeds: range, workdirs: dict[str, list[str]],
+def _jobs(study: grids.Study, runs: list[grids.Run], seeds: range, workdirs: dict[str, list[str]],
           group: str, extra: list[str]) -> list[Job]:
     """The job of every (run, seed)."""
     return [(f"{run.name} seed{seed}", train_command(study, run, seed, workdir, group, extra), workdir)
@@ -250,11 +251,12 @@ def _write_report(task: str, preset: str, command: str, results: dict[str, list[
     """The report of the results (run name -> seeds' results), curves.png from their workdirs' metrics."""
     records = curve_records(results, workdirs)
     if any(record["split"] == "eval" for seeds in records.values() for lines in seeds for record in lines):
-        plots.plot_validation_curves(records, report.METRICS[task][0], os.path.join(out_dir, plots.CURVES_PLOT))
+        plots.plot_validation_curves(records, tasks.get(task).METRICS[0],
+                                     os.path.join(out_dir, plots.CURVES_PLOT))
     else:  # e.g. trained on the whole released SCAN files: no validation split, no curve
         print("no periodic evaluation in these runs' metrics.jsonl: no curves.png", flush=True)
-    path = report.write_report(task, preset, command, results, spectra, out_dir, head_dim)
-    print(f"\n{report.accuracy_table(task, results)}\n\nreport: {path}", flush=True)
+    path = report.write_report(tasks.get(task), preset, command, results, spectra, out_dir, head_dim)
+    print(f"\n{report.accuracy_table(tasks.get(task).METRICS, results)}\n\nreport: {path}", flush=True)
 
 
 def run_study(task: str, preset: str, options, extra: list[str], command: str) -> None:

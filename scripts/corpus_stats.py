@@ -12,7 +12,8 @@ from ml_collections import config_flags
 from data import mlm_corpus, text_corpus
 from data.mlm import pack
 from scripts import command_line
-from training import mlm, validate
+from tasks import mlm
+from training import validate
 
 
 def flag_values(argv: list[str]) -> flags.FlagValues:

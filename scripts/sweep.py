@@ -23,8 +23,9 @@ import yaml
 from absl import flags
 
 import attention
+import tasks
 from analysis import report
-from configs import common, studies
+from configs import common, grids, studies
 from scripts import command_line, compare
 from training import metrics
 
@@ -44,7 +45,7 @@ def identity(overrides: dict) -> dict:
     return {key: value for key, value in overrides.items() if key not in ignored}
 
 
-def grid(name: str, study: studies.Study) -> dict[str, list]:
+def grid(name: str, study: grids.Study) -> dict[str, list]:
     """Each field the study's runs override -> the values they give it, in the order they first do. An
     error where the combinations of these values, each config once, are not the study's runs."""
     values = {}
@@ -74,7 +75,7 @@ def definition(task: str, preset: str) -> dict:
         "project": common.wandb_config().project,
         "program": "train.py",
         "method": "grid",
-        "metric": {"name": f"test/{report.METRICS[task][0]}", "goal": "maximize"},
+        "metric": {"name": f"test/{tasks.get(task).METRICS[0]}", "goal": "maximize"},
         "parameters": {**parameters, "config.seed": _parameter(list(range(study.seeds)))},
         # A workdir per W&B run, named by the run id the agent sets, so that a resumed run finds its
         # checkpoints (the agent's ${envvar:...} is filled once per agent, not per run).

@@ -27,7 +27,8 @@ from flax import nnx
 import attention
 from attention import registry
 from data import pipeline
-from training import steps, translation, validate
+from tasks import translation
+from training import steps, validate
 
 B, L, H, D = 2, 13, 3, 4  # L > D, so that a feature dimension of D bounds the rank
 SETTINGS = {"padding": (L, L, False), "causal": (L, L, True), "cross": (5, 9, False)}  # Lq, Lk, causal

@@ -7,7 +7,7 @@ from flax import nnx
 
 from analysis import plots, rank
 from models import MaskedLanguageModel, TransformerSpec
-from training import evaluate
+from training import evaluation
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -243,7 +243,7 @@ def test_device_ranks_of_a_tiny_models_attention(rng, kind):
     model = MaskedLanguageModel(20, spec, rngs=nnx.Rngs(0))
     lengths = np.array([24, 17, 9])
     inputs = np.where(np.arange(24) < lengths[:, None], rng.integers(4, 20, (3, 24)), 0)  # 0 is the padding id
-    weights = evaluate.attention_weights(model, lambda m, b: m(b["inputs"]), {"inputs": jnp.asarray(inputs)})
+    weights = evaluation.attention_weights(model, lambda m, b: m(b["inputs"]), {"inputs": jnp.asarray(inputs)})
     numerical = assert_device_ranks_match(weights["encoder_self"], lengths, lengths)["numerical_rank"]
     if kind == "linear":  # elu + 1 features of 8-wide heads: rank at most 8
         assert np.all(numerical <= 8)

@@ -8,8 +8,10 @@ import os
 import pytest
 
 import attention
-from analysis import recall_report, report
-from configs import studies
+from analysis import report
+from tasks import mlm, translation
+from tasks import recall as recall_task
+from configs import grids, studies
 from scripts import compare
 from training import validate
 
@@ -20,7 +22,7 @@ STUDY_KEYS = [(task, preset) for task, presets in studies.presets().items() for 
 # --- studies ---------------------------------------------------------------------------------------------
 
 
-def _study_config(study: studies.Study):
+def _study_config(study: grids.Study):
     """get_config(presets) of the study's config file, which must exist."""
     path, _, arg = study.config.partition(":")
     assert os.path.exists(os.path.join(ROOT, path)), f"the study's config file {path} does not exist"
@@ -67,7 +69,7 @@ def test_each_preset_reports_in_its_own_directory():
 
 
 def test_unknown_task_or_preset_names_the_allowed_ones():
-    with pytest.raises(ValueError, match="tasks: mlm, translation"):
+    with pytest.raises(ValueError, match="tasks: listops, mlm, recall, translation"):
         studies.get_study("vision", "quick")
     with pytest.raises(ValueError, match="presets: quick, full, default, kinds, splits"):
         studies.get_study("translation", "huge")
@@ -108,7 +110,7 @@ RESULTS = {
 
 def test_accuracy_table_means_and_sample_stds_over_seeds():
     # softmax: std of (0.5, 0.6) = 0.05 sqrt(2) = 0.0707; linear: std of (0.4, 0.44) = 0.02 sqrt(2) = 0.0283.
-    assert report.accuracy_table("mlm", RESULTS) == "\n".join([
+    assert report.accuracy_table(mlm.METRICS, RESULTS) == "\n".join([
         "| run | kind | feature dim | seeds | masked_accuracy (mean ± std) | loss | perplexity |",
         "|---|---|---:|---:|---:|---:|---:|",
         "| softmax | softmax | - | 2 | 0.5500 ± 0.0707 | 1.1000 | 2.5000 |",
@@ -135,7 +137,7 @@ def test_role_rank_table_lists_every_role_of_each_run(tmp_path):
     # RESULTS' runs have an encoder_self row per layer and a decoder_self row of rank 99 without a bound.
     evals = [{**result, "attention": {"encoder_self": "linear", "decoder_self": "linear"}}
              for result in RESULTS["linear"]]
-    sections = report._rank_study_sections("mlm", {"linear": evals}, {}, str(tmp_path), 32)
+    sections = report.rank_study_sections(mlm.METRICS, {"linear": evals}, {}, str(tmp_path), 32)
     assert any(section.startswith("## Attention rank by role") for section in sections)
     table = report.role_rank_table({"linear": evals}).splitlines()
     assert table[2:] == ["| linear | encoder_self | linear | 64 | 31.00 | 15.50 | 1.50 | 32 |",
@@ -181,24 +183,24 @@ def _rnn_eval(kind, exact_match, ranks, bound):
 def test_rnn_rows_report_their_cross_attention_and_dashes_without_attention(tmp_path):
     results = {"rnn_none": [_rnn_eval("none", 0.2, [], None)],
                "rnn_additive": [_rnn_eval("additive", 0.9, [7.0], None)]}
-    assert report.accuracy_table("translation", results).splitlines()[2:] == [
+    assert report.accuracy_table(translation.METRICS, results).splitlines()[2:] == [
         "| rnn_none | none | - | 1 | 0.2000 ± - | 0.9000 | 90.0000 | 0.1000 |",
         "| rnn_additive | additive | - | 1 | 0.9000 ± - | 0.9000 | 90.0000 | 0.1000 |"]
     assert report.rank_table(results).splitlines()[2:] == [
         "| rnn_none | none | - | - | - | - | - | - | - |",
         "| rnn_additive | additive | 64 | 7.00 | 7 | 3.50 | 1.50 | - | - |"]
     spectra = {"rnn_additive": {"cross": [[1.0, 0.5, 0.1]]}}
-    path = report.write_report("translation", "quick", "cmd", results, spectra, str(tmp_path))
+    path = report.write_report(translation, "quick", "cmd", results, spectra, str(tmp_path))
     assert os.path.exists(path) and os.path.exists(tmp_path / report.SPECTRA_PLOT)
 
 
 def test_write_report_embeds_tables_and_plots(tmp_path):
     spectra = {"softmax": {"encoder_self": [[1.0, 0.5, 0.1, 0.0]]}, "linear": {"encoder_self": [[1.0, 0.2, 0.0, 0.0]]}}
-    path = report.write_report("mlm", "quick", "python -m scripts.compare --task=mlm", RESULTS, spectra,
+    path = report.write_report(mlm, "quick", "python -m scripts.compare --task=mlm", RESULTS, spectra,
                                str(tmp_path / "out"), head_dim=32)
     text = open(path).read()
     assert path == str(tmp_path / "out" / "report.md")
-    assert report.accuracy_table("mlm", RESULTS) in text and report.rank_table(RESULTS, 32) in text
+    assert report.accuracy_table(mlm.METRICS, RESULTS) in text and report.rank_table(RESULTS, 32) in text
     assert "python -m scripts.compare --task=mlm" in text
     for image in ("accuracy_vs_feature_dim.png", "accuracy_vs_effective_rank.png", "spectra.png"):
         assert f"]({image})" in text
@@ -206,7 +208,7 @@ def test_write_report_embeds_tables_and_plots(tmp_path):
 
 
 def test_write_report_without_bounded_runs_or_spectra(tmp_path):
-    path = report.write_report("mlm", "quick", "cmd", {"softmax": RESULTS["softmax"]}, {}, str(tmp_path))
+    path = report.write_report(mlm, "quick", "cmd", {"softmax": RESULTS["softmax"]}, {}, str(tmp_path))
     assert "spectra.png" not in open(path).read()
     assert (tmp_path / "accuracy_vs_feature_dim.png").exists() and not (tmp_path / "spectra.png").exists()
 
@@ -215,8 +217,8 @@ def test_write_report_without_bounded_runs_or_spectra(tmp_path):
 
 
 def test_train_command_orders_study_run_and_extra_overrides():
-    study = studies.Study("configs/mlm.py:quick", {"num_train_steps": 5}, [], seeds=1)
-    run = studies.Run("performer_m8", {"attention.name": "performer", "attention.num_features": 8})
+    study = grids.Study("configs/mlm.py:quick", {"num_train_steps": 5}, [], seeds=1)
+    run = grids.Run("performer_m8", {"attention.name": "performer", "attention.num_features": 8})
     command = compare.train_command(study, run, 1, "/runs/p/seed1", "mlm-quick", ["--config.wandb.mode=disabled"])
     assert command[1:] == [
         os.path.join(ROOT, "train.py"),
@@ -361,12 +363,12 @@ RECALL_RESULTS = {
 
 def test_recall_tables_give_sizes_seeds_and_the_recall_layer():
     # softmax: std of (1.0, 0.98) = 0.0141; linear N16: std of (0.4, 0.5) = 0.0707; layer means 7 and 7.5.
-    assert report.accuracy_table("recall", RECALL_RESULTS).splitlines()[3:] == [
+    assert recall_task.accuracy_table(RECALL_RESULTS).splitlines()[3:] == [
         "| softmax_N16 | softmax | 16 | 64 | - | 8,192 | 2 | 0.9900 ± 0.0141 | 1.000, 0.980 | 0.9950 |  |",
         "| linear_d16_N16 | linear | 16 | 16 | 16 | 1,024 | 2 | 0.4500 ± 0.0707 | 0.400, 0.500 | 0.4650 |  |",
         "| linear_d16_N4 | linear | 4 | 16 | 16 | 1,024 | 1 | 0.9000 ± - | 0.900 | 0.9000 |  |",
     ]
-    assert recall_report.rank_table(RECALL_RESULTS).splitlines()[3:] == [
+    assert recall_task.rank_table(RECALL_RESULTS).splitlines()[3:] == [
         "| softmax_N16 | softmax | 16 | - | 0 | 15.50 | 16.50 | 1.50 | 0.97 |",
         "| linear_d16_N16 | linear | 16 | 16 | 1 | 7.50 | 8.50 | 1.50 | 0.47 |",
         "| linear_d16_N4 | linear | 4 | 16 | 0 | 3.00 | 4.00 | 1.50 | 0.75 |",
@@ -376,27 +378,27 @@ def test_recall_tables_give_sizes_seeds_and_the_recall_layer():
 def test_a_group_keeps_the_run_with_the_best_validation_never_the_best_test():
     better_on_test = [_recall_eval("linear", 16, 0.99, 16, 1024, [9.0], 0.30)]
     better_on_validation = [_recall_eval("linear", 16, 0.50, 16, 1024, [8.0], 0.60)]
-    runs = [studies.Run("linear_N16_lr0.01", {}, group="linear_N16"),
-            studies.Run("linear_N16_lr0.001", {}, group="linear_N16"), studies.Run("softmax_N16", {})]
+    runs = [grids.Run("linear_N16_lr0.01", {}, group="linear_N16"),
+            grids.Run("linear_N16_lr0.001", {}, group="linear_N16"), grids.Run("softmax_N16", {})]
     results = {"linear_N16_lr0.01": better_on_test, "linear_N16_lr0.001": better_on_validation,
                "softmax_N16": RECALL_RESULTS["softmax_N16"]}
     selected = compare.select_by_validation("recall", results, runs)
     assert list(selected) == ["linear_N16", "softmax_N16"]
     assert selected["linear_N16"][0]["metrics"]["query_accuracy"] == 0.50
     assert selected["linear_N16"][0]["run"] == "linear_N16_lr0.001"
-    assert "| linear_N16_lr0.001 |" in report.accuracy_table("recall", selected)  # the "selected" column
+    assert "| linear_N16_lr0.001 |" in recall_task.accuracy_table(selected)  # the "selected" column
 
 
 def test_write_report_for_recall_writes_its_tables_plots_and_results(tmp_path):
-    path = report.write_report("recall", "quick", "python -m scripts.compare --task=recall", RECALL_RESULTS, {},
+    path = report.write_report(recall_task, "quick", "python -m scripts.compare --task=recall", RECALL_RESULTS, {},
                                str(tmp_path))
     text = open(path).read()
-    assert report.accuracy_table("recall", RECALL_RESULTS) in text and recall_report.rank_table(RECALL_RESULTS) in text
-    for image in (recall_report.PAIRS_PLOT, recall_report.STATE_PLOT, recall_report.RANK_PLOT,
-                  recall_report.WIDTH_PLOT):
+    assert recall_task.accuracy_table(RECALL_RESULTS) in text and recall_task.rank_table(RECALL_RESULTS) in text
+    for image in (recall_task.PAIRS_PLOT, recall_task.STATE_PLOT, recall_task.RANK_PLOT,
+                  recall_task.WIDTH_PLOT):
         assert f"]({image})" in text and (tmp_path / image).stat().st_size > 0
     with open(tmp_path / report.RESULTS_JSON) as f:
         assert json.load(f) == RECALL_RESULTS
     without_sweep = {name: evals for name, evals in RECALL_RESULTS.items() if name != "linear_d4_N16"}
-    text = open(report.write_report("recall", "quick", "cmd", without_sweep, {}, str(tmp_path / "other"))).read()
-    assert recall_report.WIDTH_PLOT not in text and not (tmp_path / "other" / recall_report.WIDTH_PLOT).exists()
+    text = open(report.write_report(recall_task, "quick", "cmd", without_sweep, {}, str(tmp_path / "other"))).read()
+    assert recall_task.WIDTH_PLOT not in text and not (tmp_path / "other" / recall_task.WIDTH_PLOT).exists()

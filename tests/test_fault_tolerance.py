@@ -17,7 +17,8 @@ import pytest
 
 from flax import nnx
 
-from training import evaluate, interrupts, loop, translation
+from tasks import translation
+from training import evaluation, interrupts, loop
 from training.checkpoints import CheckpointError, Checkpoints
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -9,8 +9,8 @@ import pytest
 
 from configs import listops as listops_config
 from data import listops
-from training import evaluate, loop, steps
-from training import listops as task
+from training import evaluation, loop, steps
+from tasks import listops as task
 from training.validate import ConfigError, validate
 
 
@@ -55,7 +55,7 @@ def test_the_loss_adds_the_pooling_penalty_and_padding_rows_weigh_nothing(tmp_pa
     cross_entropy = -jax.nn.log_softmax(logits)[np.arange(5), batch["targets"][:, 0]]
     assert float(penalty.min()) > 0
     np.testing.assert_allclose(loss, float(cross_entropy.mean() + penalty.mean()), rtol=1e-5)
-    totals = evaluate.model_metric_totals(model, task.metric_sums, batch, batch_size=4)  # 5 rows: one padded batch
+    totals = evaluation.model_metric_totals(model, task.metric_sums, batch, batch_size=4)  # 5 rows: one padded batch
     np.testing.assert_allclose([totals["predictions"], totals["loss"]], [5, float(cross_entropy.sum())], rtol=1e-5)
 
 

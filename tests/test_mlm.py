@@ -10,8 +10,9 @@ import pytest
 from configs import mlm as mlm_config
 from data import mlm_corpus
 from data.files import DatasetNotPreparedError
-from training import loop, mlm, validate
-from training.evaluate import evaluate
+from tasks import mlm
+from training import loop, validate
+from training.loop import evaluate
 from training.metrics import read_metrics
 
 

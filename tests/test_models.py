@@ -10,7 +10,7 @@ from models import EncoderDecoder, TransformerSpec
 from data.vocab import Vocabulary
 from token_batches import padded_sources
 from models.decoding import DecodeState, SpecialIds, greedy_decode
-from training import translation
+from tasks import translation
 
 SOURCE_VOCAB, TARGET_VOCAB, MAX_LEN = 11, 9, 12
 
@@ -104,7 +104,7 @@ def test_exact_match_compares_token_ids_and_teacher_forcing_equals_the_final_eva
     EOS at every position; rows whose decoded string equals the reference's are wrong when a PAD or BOS
     came before EOS."""
     from data.vocab import Vocabulary
-    from training import evaluate
+    from training import evaluation
 
     target, script = _scripts_with_special_tokens_everywhere()
     vocab = Vocabulary([*Vocabulary.SPECIAL_TOKENS, *(f"w{i}" for i in range(4, TARGET_VOCAB))])
@@ -128,7 +128,7 @@ def test_exact_match_compares_token_ids_and_teacher_forcing_equals_the_final_eva
     assert sum(np.logical_and(string_equal, np.logical_not(expected))) >= 8  # PAD or BOS before EOS
     assert 0 < sum(expected) < len(expected)
 
-    teacher_forced = translation.summarize(evaluate.model_metric_totals(model, translation.metric_sums, arrays, 16))
+    teacher_forced = translation.summarize(evaluation.model_metric_totals(model, translation.metric_sums, arrays, 16))
     assert translation.final_metrics(config, model, data)["exact_match"] == pytest.approx(np.mean(expected))
     assert teacher_forced["exact_match"] == pytest.approx(np.mean(expected))
     np.testing.assert_array_equal(translation.exact_rows(decoded == target, target), expected)

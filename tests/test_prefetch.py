@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from data.prefetch import prefetch
-from training import sharding, tasks
+import tasks
+from training import sharding
 
 pytestmark = pytest.mark.accelerator
 

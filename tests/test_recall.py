@@ -19,7 +19,7 @@ from models import LanguageModel, TransformerSpec
 from models.transformer import EncoderBlock, ShortConvolution
 from training import loop, validate
 from training.metrics import read_metrics
-from training import recall as recall_task
+from tasks import recall as recall_task
 from training.validate import ConfigError
 
 V, L, N = 64, 32, 4

@@ -10,9 +10,10 @@ import yaml
 from absl import flags
 from ml_collections import config_flags
 
-from configs import studies
+import tasks
+from configs import grids, studies
 from scripts import compare, sweep
-from training import metrics, validate
+from training import loop, metrics, validate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MACROS = ("${env}", "${interpreter}", "${program}", "${args}")
@@ -88,16 +89,16 @@ def test_the_agents_runs_are_the_studys_configs_each_at_its_seeds(task, preset, 
 
 
 def test_only_a_study_whose_runs_are_a_grid_is_a_sweep():
-    kinds = studies.Study("configs/mlm.py", {}, [
-        studies.Run("softmax", {"attention.name": "softmax"}),
-        *(studies.Run(f"performer_m{m}", {"attention.name": "performer", "attention.num_features": m})
+    kinds = grids.Study("configs/mlm.py", {}, [
+        grids.Run("softmax", {"attention.name": "softmax"}),
+        *(grids.Run(f"performer_m{m}", {"attention.name": "performer", "attention.num_features": m})
           for m in (8, 16))], seeds=1)
     assert sweep.grid("kinds", kinds) == {"attention.name": ["softmax", "performer"],
                                           "attention.num_features": [8, 16]}
     # softmax without the pooling field would train with mean pooling in a grid of both.
-    heads = studies.Study("configs/listops.py", {}, [
-        studies.Run("softmax", {"attention.name": "softmax"}),
-        studies.Run("softmax_mean", {"attention.name": "softmax", "model.pooling": "mean"})], seeds=1)
+    heads = grids.Study("configs/listops.py", {}, [
+        grids.Run("softmax", {"attention.name": "softmax"}),
+        grids.Run("softmax_mean", {"attention.name": "softmax", "model.pooling": "mean"})], seeds=1)
     with pytest.raises(ValueError, match="study heads: its 2 runs are not the 1 configs"):
         sweep.grid("heads", heads)
     with pytest.raises(ValueError, match="study translation-full: its 15 runs are not the 16 configs"):
@@ -145,7 +146,7 @@ def test_an_agents_run_keeps_its_id_groups_by_sweep_and_refuses_another_runs_wor
     monkeypatch.setenv(metrics.RUN_ID_VAR, "run0001")
     monkeypatch.setenv(metrics.SWEEP_ID_VAR, "sweep01")
     config = tiny_config()
-    writer = metrics.MetricsWriter(str(tmp_path), config, 0)
+    writer = loop._metrics_writer(tasks.get(config.task), config, str(tmp_path), 0)
     try:
         assert (writer.run.id, writer.run.group) == ("run0001", "sweep01")
         assert set(writer.run.tags) == {"translation", "softmax"}

@@ -9,8 +9,9 @@ import pytest
 
 from data import pipeline
 from data.files import DataFileError
-from training import devices, loop, steps, translation
-from training.evaluate import evaluate
+from tasks import translation
+from training import devices, loop, steps
+from training.loop import evaluate
 from training.validate import ConfigError
 
 pytestmark = pytest.mark.accelerator  # make test-accelerator runs these on the GPU or TPU

@@ -5,8 +5,9 @@ import shutil
 
 import pytest
 
+from configs import workdir as workdir_config
 from training import loop, workdirs
-from training.evaluate import evaluate
+from training.loop import evaluate
 from training.validate import ConfigError
 from training.workdirs import WorkdirError
 
@@ -113,7 +114,7 @@ def test_eval_creates_no_workdir(trained, tmp_path):
 
 def test_the_workdir_config_is_the_trained_one_and_eval_json_records_it(trained):
     config, workdir = trained
-    assert workdirs.load_config(workdir).to_dict() == config.to_dict()
+    assert workdir_config.load_config(workdir).to_dict() == config.to_dict()
     with open(os.path.join(workdir, "eval.json")) as f:
         assert json.load(f)["config"] == workdirs.config_record(config)
 
@@ -126,6 +127,6 @@ def test_a_field_newer_than_the_config_json_keeps_its_default(trained, tmp_path)
     del record["dataset"]["max_source_len"], record["resume_with_changes"]
     with open(path, "w") as f:
         json.dump(record, f)
-    restored = workdirs.load_config(workdir)
+    restored = workdir_config.load_config(workdir)
     assert restored.dataset.max_source_len == 256 and restored.resume_with_changes == ""
     workdirs.check_restart(trained[0], workdir)  # what config.json does not hold cannot differ

@@ -1,5 +1,5 @@
 """What the config checks share: the error they raise and the checks of single fields, used by
-training/validate.py and by each task's own check_config (training/tasks.py)."""
+training/validate.py and by each task's own check_config (tasks/interface.py)."""
 import os
 
 

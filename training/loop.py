@@ -1,4 +1,5 @@
-"""`train_and_evaluate(config, workdir)`: the whole run, resumable from the workdir."""
+"""The two entries: `train_and_evaluate(config, workdir)`, the whole run, resumable from the workdir (train.py),
+and `evaluate(config, workdir)`, the final evaluation of a workdir's latest checkpoint (eval.py)."""
 import contextlib
 import functools
 import json
@@ -11,7 +12,8 @@ from flax import nnx
 
 from analysis import plots
 from data.prefetch import prefetch
-from training import devices, evaluate, interrupts, sharding, tasks, validate, workdirs
+import tasks
+from training import devices, evaluation, interrupts, model_config, sharding, validate, workdirs
 from training.checkpoints import Checkpoints
 from training.metrics import MetricsWriter, read_metrics
 from training.steps import create_optimizer, init_state, learning_rate_schedule, make_eval_step, make_train_step
@@ -120,17 +122,18 @@ def _exit_interrupted(step: int, stop: interrupts.StopRequest, checkpoints: Chec
     raise SystemExit(stop.exit_status())
 
 
-def _metrics_place(workdir: str, config):
-    """(directory, config) of this process's MetricsWriter: the workdir for the first (or only) host; the
-    others, which compute the same metrics, log apart in process_<i>/ without W&B, so that no line of
-    metrics.jsonl is written twice."""
+def _metrics_writer(task, config, workdir: str, start_step: int) -> MetricsWriter:
+    """This process's MetricsWriter: in the workdir for the first (or only) host; the others, which compute
+    the same metrics, log apart in process_<i>/ without W&B, so that no line of metrics.jsonl is written
+    twice."""
+    kinds = tuple(sorted(set(model_config.role_kinds(config, task.roles(config)).values())))
     if jax.process_index() == 0:
-        return workdir, config
+        return MetricsWriter(workdir, config, start_step, kinds)
     quiet = config.copy_and_resolve_references()
     quiet.wandb.mode = "disabled"
     directory = os.path.join(workdir, f"process_{jax.process_index()}")
     os.makedirs(directory, exist_ok=True)
-    return directory, quiet
+    return MetricsWriter(directory, quiet, start_step, kinds)
 
 
 def _prepare(config, workdir: str):
@@ -172,7 +175,7 @@ def _steps(task, config, graphdef, shardings):
 
 
 def _evaluate_validation(task, config, writer: MetricsWriter, eval_step, state, data, done: int, elapsed_s: float):
-    metrics = task.summarize(evaluate.metric_totals(eval_step, state["params"], state["rest"], data.validation,
+    metrics = task.summarize(evaluation.metric_totals(eval_step, state["params"], state["rest"], data.validation,
                                                     config.eval.batch_size))
     writer.write(done, "eval", elapsed_s, metrics)
     print(f"eval at step {done} | " + " | ".join(f"{k} {v:.4f}" for k, v in metrics.items()), flush=True)
@@ -189,7 +192,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
     start_step, state, metadata = _restore(checkpoints, state, workdir)
     with open(os.path.join(workdir, workdirs.CONFIG_FILE), "w") as f:
         json.dump({**workdirs.config_record(config), "runtime": runtime}, f, indent=1)
-    writer = MetricsWriter(*_metrics_place(workdir, config), start_step)
+    writer = _metrics_writer(task, config, workdir, start_step)
     train_step, eval_step = _steps(task, config, graphdef, shardings)
     batch_size = sharding.global_batch_size(config.per_device_batch_size)
     started, total = time.time(), config.num_train_steps
@@ -228,3 +231,25 @@ def _finish(task, config, workdir: str, model, state, data, writer: MetricsWrite
     print(f"done: {config.num_train_steps} steps in {_format_duration(elapsed_s)}; test {summary}; "
           f"eval.json in {workdir}", flush=True)
     return result
+
+
+def evaluate(config, workdir: str) -> dict:
+    """Restores the latest checkpoint of `workdir` and evaluates it (what eval.py runs) with `config`,
+    which may differ from the config the workdir trained only in what workdirs.CHANGEABLE allows."""
+    validate.validate(config)
+    workdirs.check_eval_config(config, workdir)
+    task = tasks.get(config.task)
+    directory = os.path.join(workdir, "checkpoints")
+    checkpoints = Checkpoints(directory) if os.path.isdir(directory) else None  # a manager would make it
+    if checkpoints is None or checkpoints.latest_step() is None:
+        if checkpoints:
+            checkpoints.close()
+        raise workdirs.WorkdirError(f"{directory}: no checkpoint; train first")
+    data = task.prepare_data(config, workdir)
+    model = task.create_model(config, data)
+    _, state = init_state(model, create_optimizer(config))  # the layout training checkpointed
+    state, _ = sharding.put_state(state, sharding.data_mesh(), config.sharding.params)
+    step, state, _ = checkpoints.restore_latest(state)  # past a damaged latest one, as training does
+    checkpoints.close()
+    nnx.update(model, state["params"], state["rest"])
+    return task.evaluate_model(config, workdir, model, data, step)

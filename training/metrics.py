@@ -3,7 +3,6 @@ import json
 import os
 import secrets
 
-from models import roles
 from training import devices, workdirs
 
 
@@ -61,10 +60,11 @@ class MetricsWriter:
     """Appends `{"step", "split", "elapsed_s", ...}` lines; on resume, first drops lines written after
     the restored step, so the file reads as if the run had never been interrupted."""
 
-    def __init__(self, workdir: str, config, resume_step: int):
+    def __init__(self, workdir: str, config, resume_step: int, kinds: tuple[str, ...] = ()):
+        """`kinds`: the attention kinds of the run's model, its W&B tags with the task."""
         self.path = os.path.join(workdir, METRICS_FILE)
         self._truncate_after(workdir, resume_step)
-        self.run = self._start_wandb(workdir, config) if wandb_mode(config) != "disabled" else None
+        self.run = self._start_wandb(workdir, config, kinds) if wandb_mode(config) != "disabled" else None
 
     def _truncate_after(self, workdir: str, step: int) -> None:
         if not os.path.exists(self.path):
@@ -74,10 +74,9 @@ class MetricsWriter:
             f.writelines(json.dumps(record) + "\n" for record in kept)
 
     @staticmethod
-    def _start_wandb(workdir: str, config):
+    def _start_wandb(workdir: str, config, kinds: tuple[str, ...]):
         import wandb  # imported only when used: it is slow to import and tests disable it
 
-        kinds = sorted(set(roles.role_kinds(config).values()))
         run_id, sweep_id = _run_id(workdir), os.environ.get(SWEEP_ID_VAR)
         # In a sweep, W&B takes the project and the run id from the agent and ignores (with a warning)
         # those passed here; the runs of a sweep share a group, the sweep's unless the config names one.

@@ -1,12 +1,13 @@
 """Config checks that run before any data is built or anything is compiled: here the fields every task has,
-in each task's check_config (training/tasks.py) the task's own."""
+in each task's check_config (tasks/interface.py) the task's own."""
 import os
 
 from flax import nnx
 
 import attention
-from models import ROLES, roles
-from training import sharding, steps, tasks, workdirs
+import tasks
+from models import ROLES
+from training import model_config, sharding, steps, workdirs
 from training.config_checks import ConfigError, check_int, check_number, choice
 
 POSITIONS = ("sinusoidal", "learned")
@@ -38,27 +39,26 @@ def _check_resume_fields(config) -> None:
                           f"{', '.join(workdirs.CHANGEABLE)}")
 
 
-def _check_attention_fields(config) -> None:
+def _check_attention_fields(config, task) -> None:
     """Only roles the model has, a kind that role may take, and options some kind takes."""
-    model_roles = roles.model_roles(config)
+    model_roles = task.roles(config)
     for role in ROLES:
         if config.attention[role] and role not in model_roles:
-            model = "rnn" if roles.is_rnn(config) else config.task
-            raise ConfigError(f"config.attention.{role}={config.attention[role]!r}: the {model} model "
-                              f"has no {role} attention (its roles: {', '.join(model_roles)})")
-    for role, kind in roles.role_kinds(config).items():
+            raise ConfigError(f"config.attention.{role}={config.attention[role]!r}: the {task.NAME} task's "
+                              f"model has no {role} attention (its roles: {', '.join(model_roles)})")
+    for role, kind in model_config.role_kinds(config, model_roles).items():
         choice(f"attention.{role}" if config.attention[role] else "attention.name", kind,
-               roles.allowed_kinds(config))
+               task.allowed_kinds(config))
     known_options = attention.all_options() | {"name", *ROLES}
     for key in config.attention:
         choice(f"attention.{key} (an attention option)", key, sorted(known_options))
 
 
-def _check_kind_options(config) -> None:
+def _check_kind_options(config, task) -> None:
     """Builds each kind in use once, so that its own checks of its options (an odd Taylor order, a
     window below 1, ...) fail here, before any data is built or anything is compiled."""
     head_dim = config.model.qk_head_dim or config.model.d_model // config.model.num_heads
-    for kind, options in roles.kind_options(config).items():
+    for kind, options in model_config.kind_options(config, task.roles(config)).items():
         try:
             attention.create(kind, num_heads=config.model.num_heads, head_dim=head_dim,
                              rngs=nnx.Rngs(0), **options)
@@ -76,7 +76,8 @@ def check_devices(config) -> None:
 
 
 def validate(config) -> None:
-    choice("task", config.task, tasks.NAMES)
+    choice("task", config.task, tasks.names())
+    task = tasks.get(config.task)
     check_devices(config)
     for field in POSITIVE_INTS:
         check_int(config, field, 1)
@@ -85,13 +86,13 @@ def validate(config) -> None:
     for field, (interval, why) in NUMBER_RANGES.items():
         check_number(config, field, interval, why)
     _check_resume_fields(config)
-    _check_attention_fields(config)
+    _check_attention_fields(config, task)
     if config.model.d_model % config.model.num_heads:
         raise ConfigError(f"config.model.d_model={config.model.d_model} is not divisible by "
                           f"config.model.num_heads={config.model.num_heads}")
-    _check_kind_options(config)
+    _check_kind_options(config, task)
     choice("model.positions", config.model.positions, POSITIONS)
     choice("nonfinite", config.nonfinite, NONFINITE)
-    tasks.get(config.task).check_config(config)
+    task.check_config(config)
     mode = os.environ.get("WANDB_MODE") or config.wandb.mode
     choice("wandb.mode (or WANDB_MODE)", mode, WANDB_MODES)

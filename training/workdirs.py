@@ -1,7 +1,6 @@
 """A workdir belongs to one config: the config.json its first run wrote is what every later train.py or
 eval.py on it is compared with, field by field, before anything in the workdir is written."""
 import contextlib
-import importlib
 import json
 import os
 
@@ -117,43 +116,18 @@ def check_restart(config, workdir: str) -> None:
                        f"with the new ones, add --config.resume_with_changes={flag}")
 
 
-def _require_directory(workdir: str) -> None:
+def require_directory(workdir: str) -> None:
     if not os.path.isdir(workdir):
         raise WorkdirError(f"--workdir={workdir}: no such directory; train.py makes a workdir, eval.py "
                            f"evaluates one")
 
 
-def load_config(workdir: str):
-    """The config `workdir` was trained with (configs/workdir.py)."""
-    _require_directory(workdir)
-    if (stored := stored_config(workdir)) is None:
-        raise WorkdirError(f"{os.path.join(workdir, CONFIG_FILE)}: not found; pass the run's --config")
-    return from_record(stored, os.path.join(workdir, CONFIG_FILE))
-
-
 def check_eval_config(config, workdir: str) -> None:
     """Refuses to evaluate `workdir` with a config that differs from the one it trained in more than an
     evaluation may change (CHANGEABLE)."""
-    _require_directory(workdir)
+    require_directory(workdir)
     if (stored := stored_config(workdir)) is None:  # a workdir from before config.json was written
         return
     if fixed := _fixed(differences(stored, config)):
         raise WorkdirError(f"{os.path.join(workdir, CONFIG_FILE)}: this workdir trained another config "
                            f"({_listed(fixed)}); leave out --config to evaluate it as it was trained")
-
-
-def from_record(record: dict, where: str):
-    """The ConfigDict of a config.json without its runtime: its task's default config with the record's
-    values; a field the record lacks (written before the field existed) keeps its default."""
-    task = record.get("task")
-    try:
-        config = importlib.import_module(f"configs.{task}").get_config()
-    except ModuleNotFoundError:
-        raise WorkdirError(f"{where}: task={task!r} is not a task of this lab") from None
-    for field, value in flatten(record).items():
-        try:
-            config.update_from_flattened_dict({field: value})
-        except (KeyError, AttributeError, TypeError) as error:
-            raise WorkdirError(f"{where}: field {field}={value!r} does not fit this version's config "
-                               f"({error}); pass the run's --config") from None
-    return config

@@ -1,20 +1,147 @@
-"""The associative-recall study's part of a report: query accuracy and the ranks of the query rows against
-the number of key-value pairs N, the feature dim and the state size (analysis/report.py writes the rest).
+"""The associative-recall task (tasks/interface.py): MQAR sequences generated in memory (data/recall.py),
+a causal language model or an encoder over them, accuracy at the query positions, and the ranks of the
+attention rows of those queries; its studies' report sections: query accuracy and the ranks of the query
+rows against the number of key-value pairs N, the feature dim and the state size.
 
-`results` maps a run name to its seeds' recall eval.json dicts (training/recall.py), named as
-configs/studies.py names recall runs: `<series>_N<pairs>`, the series (kind and width) plotted as a line.
+In a study's `results` (a run name -> its seeds' eval.json dicts) runs are named as configs/recall.py names
+them: `<series>_N<pairs>`, the series (kind and width) plotted as a line.
 """
 import collections
+import dataclasses
 import os
 
+import jax
+import jax.numpy as jnp
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from flax import nnx  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
 from analysis import plots, stats  # noqa: E402
+from data import pipeline, recall  # noqa: E402
+from models import LanguageModel  # noqa: E402
+from training import evaluation, model_config  # noqa: E402
+from training.config_checks import ConfigError, check_int, choice
+from training.losses import prediction_loss_and_accuracy, prediction_sums
+
+NAME = "recall"
+METRICS = ("query_accuracy", "loss")
+PROGRESS_METRIC = "query_accuracy"
+allowed_kinds = model_config.registered_kinds
+DATASETS = ("mqar",)
+_SPLITS = ("train", "validation", "test")  # each generated from its own stream of dataset.seed
+
+
+@dataclasses.dataclass
+class RecallData:
+    train: dict  # data.recall.generate arrays: inputs [N, L]; positions, targets, weights [N, pairs]
+    validation: dict
+    test: dict
+
+
+def roles(config) -> tuple[str, ...]:
+    """A causal language model's self-attention, or an encoder's."""
+    return ("decoder_self",) if config.dataset.form == "causal" else ("encoder_self",)
+
+
+def check_config(config) -> None:
+    """Recall's own fields: the MQAR sizes and form, and the tied embeddings its logits need."""
+    dataset = config.dataset
+    choice("dataset.name", dataset.name, DATASETS)
+    choice("dataset.form", dataset.form, recall.FORMS)
+    choice("dataset.split", dataset.split, ("validation", "test"))
+    for field in ("vocab_size", "seq_len", "num_kv_pairs", "train_size", "validation_size", "test_size"):
+        check_int(config, f"dataset.{field}", 1)
+    try:
+        recall.check_sizes(dataset.vocab_size, dataset.seq_len, dataset.num_kv_pairs)
+    except ValueError as error:
+        raise ConfigError(f"config.dataset: {error}") from None
+    if not dataset.power_a > 0:
+        raise ConfigError(f"config.dataset.power_a={dataset.power_a!r} must be > 0 (1: uniform query gaps)")
+    if not config.model.tied_embeddings:
+        raise ConfigError("config.model.tied_embeddings=False: the recall model's logits always use the "
+                          "token embeddings")
+
+
+def _generate(dataset, split: str) -> dict:
+    return recall.generate(dataset[f"{split}_size"], vocab_size=dataset.vocab_size, seq_len=dataset.seq_len,
+                           num_kv_pairs=dataset.num_kv_pairs, seed=[dataset.seed, _SPLITS.index(split)],
+                           form=dataset.form, power_a=dataset.power_a)
+
+
+def prepare_data(config, workdir: str) -> RecallData:
+    del workdir  # generated from the config alone
+    return RecallData(*(_generate(config.dataset, split) for split in _SPLITS))
+
+
+def create_model(config, data: RecallData) -> LanguageModel:
+    del data
+    dataset = config.dataset
+    params_key, dropout_key = jax.random.split(jax.random.key(config.seed))
+    (role,) = roles(config)
+    return LanguageModel(recall.model_vocab_size(dataset.vocab_size, dataset.form),
+                         model_config.transformer_spec(config, dataset.seq_len, roles(config)),
+                         rngs=nnx.Rngs(params=params_key, dropout=dropout_key), role=role)
+
+
+def train_batch(config, data: RecallData, batch_size: int, step: int) -> dict:
+    return pipeline.batch_at_step(data.train, batch_size, config.seed, step)
+
+
+def input_tokens(batch):
+    """Every token: recall sequences have no padding."""
+    return jnp.float32(batch["inputs"].size)
+
+
+def metric_sums(model, batch, label_smoothing: float = 0.0):
+    """(mean loss over the queries, sums over them)."""
+    return prediction_sums(model, batch, input_tokens(batch), label_smoothing)
+
+
+def summarize(sums: dict) -> dict:
+    loss, accuracy = prediction_loss_and_accuracy(sums)
+    return {"query_accuracy": accuracy, "loss": loss}
+
+
+def attention_analysis(config, workdir: str, model, data: RecallData) -> list:
+    """Ranks of the attention rows at the prediction positions ([pairs, L] per head): to answer N
+    queries the model must point N rows at N different keys, a matrix of rank N, which a kernelised kind
+    reaches only while its feature dim allows."""
+    rows = evaluation.rank_sample(len(data.test["inputs"]), config.eval.rank_examples)
+    batch = {name: array[rows] for name, array in data.test.items()}
+    [(role, weights)] = evaluation.attention_weights(model, lambda m, b: m(b["inputs"]), batch).items()
+    positions = batch["positions"]
+    query_rows = jnp.take_along_axis(weights, jnp.asarray(positions)[None, :, None, :, None], axis=3)
+    num_examples, num_queries = positions.shape
+    query_len = {role: np.full(num_examples, num_queries)}
+    key_len = {role: np.full(num_examples, config.dataset.seq_len)}
+    tokens = [str(token) for token in batch["inputs"][0]]
+    tokens_q = {role: [f"{tokens[p]}@{p}" for p in positions[0]]}
+    return evaluation.attention_analysis(config, workdir, model, {role: query_rows}, query_len, key_len, tokens_q,
+                                       {role: tokens})
+
+
+def evaluate_model(config, workdir: str, model, data: RecallData, step: int) -> dict:
+    """Query accuracy on the whole `dataset.split` split, query-row ranks (of test examples) and attention
+    state sizes -> eval.json."""
+    dataset = config.dataset
+    totals = evaluation.model_metric_totals(model, metric_sums, getattr(data, dataset.split), config.eval.batch_size)
+    kinds = model_config.role_kinds(config, roles(config))
+    return evaluation.write_eval_json(config, workdir, {
+        "step": int(step),
+        "task": NAME,
+        "split": dataset.split,
+        "num_examples": int(len(getattr(data, dataset.split)["inputs"])),
+        "attention": kinds,
+        "metrics": summarize(totals),
+        "rank": attention_analysis(config, workdir, model, data),
+        "state": evaluation.attention_state(model, dict.fromkeys(kinds, dataset.seq_len)),
+        NAME: {field: dataset[field] for field in ("form", "vocab_size", "seq_len", "num_kv_pairs")},
+    })
+
 
 PAIRS_PLOT = "accuracy_vs_pairs.png"
 STATE_PLOT = "accuracy_vs_state.png"
@@ -32,7 +159,7 @@ def _state(evals: list[dict]) -> dict:
 
 
 def _pairs(evals: list[dict]) -> int:
-    return evals[0]["recall"]["num_kv_pairs"]
+    return evals[0][NAME]["num_kv_pairs"]
 
 
 def _accuracies(evals: list[dict]) -> list[float]:
@@ -208,8 +335,10 @@ def plot_accuracy_vs_feature_dim(results: dict[str, list[dict]], path: str) -> s
     return plots.save_figure(fig, path)
 
 
-def sections(results: dict[str, list[dict]], out_dir: str) -> list[str]:
-    """The report's recall sections (tables and plots, the PNGs written to out_dir)."""
+def report_sections(results: dict[str, list[dict]], spectra: dict, out_dir: str, head_dim: int | None) -> list[str]:
+    """The recall sections of a study's report (tables and plots, the PNGs written to out_dir); the spectra
+    and head dim of the rank-bound grids play no part."""
+    del spectra, head_dim
     images = [("query accuracy against N", PAIRS_PLOT, plot_accuracy_vs_pairs),
               ("query accuracy against the state per head", STATE_PLOT, plot_accuracy_vs_state),
               ("effective rank of the query rows against N", RANK_PLOT, plot_rank_vs_pairs)]

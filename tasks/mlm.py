@@ -1,19 +1,30 @@
-"""The masked-language-modelling task (see training/tasks.py): its config checks, the data of
+"""The masked-language-modelling task (tasks/interface.py): its config checks, the data of
 data/mlm_corpus.py (text, SentencePiece tokens packed into fixed-length sequences) with BERT masking, the
 encoder-only model, and the evaluation behind eval.json."""
+import functools
 import math
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from analysis import report
 from data import mlm, mlm_corpus, text_corpus, tokenizer
-from models import MaskedLanguageModel, roles
-from training import evaluate
+from models import MaskedLanguageModel
+from training import evaluation, model_config
 from training.config_checks import ConfigError, check_fields_read, check_file, check_int, choice
 from training.losses import prediction_loss_and_accuracy, prediction_sums
 
+NAME = "mlm"
+METRICS = ("masked_accuracy", "loss", "perplexity")
 PROGRESS_METRIC = "masked_accuracy"
+report_sections = functools.partial(report.rank_study_sections, METRICS)
+allowed_kinds = model_config.registered_kinds
+
+
+def roles(config) -> tuple[str, ...]:
+    del config
+    return ("encoder_self",)
 
 
 def check_config(config) -> None:
@@ -46,7 +57,7 @@ def prepare_data(config, workdir: str) -> mlm_corpus.MlmData:
 
 
 def create_model(config, data: mlm_corpus.MlmData) -> MaskedLanguageModel:
-    spec = roles.transformer_spec(config, config.dataset.seq_len)
+    spec = model_config.transformer_spec(config, config.dataset.seq_len, roles(config))
     params_key, dropout_key = jax.random.split(jax.random.key(config.seed))
     return MaskedLanguageModel(data.tokenizer.vocab_size, spec,
                                rngs=nnx.Rngs(params=params_key, dropout=dropout_key), pad_id=tokenizer.PAD)
@@ -74,16 +85,16 @@ def summarize(sums: dict) -> dict:
 
 def evaluate_model(config, workdir: str, model, data: mlm_corpus.MlmData, step: int) -> dict:
     """Masked-token metrics on the whole test split (fixed masking) and attention ranks -> eval.json."""
-    totals = evaluate.model_metric_totals(model, metric_sums, data.test, config.eval.batch_size)
-    return evaluate.write_eval_json(config, workdir, {
+    totals = evaluation.model_metric_totals(model, metric_sums, data.test, config.eval.batch_size)
+    return evaluation.write_eval_json(config, workdir, {
         "step": int(step),
-        "task": "mlm",
+        "task": NAME,
         "split": config.dataset.split,
         "num_examples": int(len(data.test["inputs"])),
         "vocab_size": data.tokenizer.vocab_size,
-        "attention": roles.role_kinds(config),
+        "attention": model_config.role_kinds(config, roles(config)),
         "metrics": summarize(totals),
-        "rank": evaluate.encoder_analysis(config, workdir, model, data.test["inputs"], tokenizer.PAD,
+        "rank": evaluation.encoder_analysis(config, workdir, model, data.test["inputs"], tokenizer.PAD,
                                           lambda ids: [data.tokenizer.piece(int(i)) for i in ids]),
-        "state": evaluate.attention_state(model, {"encoder_self": config.dataset.seq_len}),
+        "state": evaluation.attention_state(model, {"encoder_self": config.dataset.seq_len}),
     })

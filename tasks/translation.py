@@ -1,7 +1,8 @@
-"""The translation task (see training/tasks.py): its config checks, data and vocabularies, the encoder-decoder,
+"""The translation task (tasks/interface.py): its config checks, data and vocabularies, the encoder-decoder,
 its loss, teacher-forced metrics and the evaluation behind eval.json (greedy or beam decoding, BLEU, attention
 ranks)."""
 import dataclasses
+import functools
 import os
 
 import jax
@@ -11,15 +12,21 @@ import sacrebleu
 from flax import nnx
 from jax.experimental import multihost_utils
 
+import attention
+from analysis import report
 from data import files, pipeline, scan, scan_grammar
 from data.vocab import Vocabulary
-from models import ROLES, EncoderDecoder, rnn, roles
+from models import ROLES, EncoderDecoder, rnn
 from models.decoding import SpecialIds, beam_search, greedy_decode
-from training import evaluate, sharding
+from training import evaluation, model_config, sharding
 from training.config_checks import ConfigError, check_fields_read, check_file, check_int, choice
 from training.losses import token_cross_entropy
 
+NAME = "translation"
+METRICS = ("exact_match", "token_accuracy", "bleu", "loss")
 PROGRESS_METRIC = "token_accuracy"
+report_sections = functools.partial(report.rank_study_sections, METRICS)
+MODELS = ("transformer", "rnn")  # model.name
 SPECIAL_IDS = SpecialIds(bos=Vocabulary.BOS, eos=Vocabulary.EOS, pad=Vocabulary.PAD)
 DATASETS = ("scan", "files")  # SCAN generated from its grammar, or parallel files (load_pairs)
 DATASET_FIELDS = {"files": ("train_file", "test_file")}  # config_checks.check_fields_read
@@ -35,9 +42,23 @@ class TranslationData:
     test_pairs: list
 
 
+def is_rnn(config) -> bool:
+    return config.model.name == "rnn"
+
+
+def roles(config) -> tuple[str, ...]:
+    """The Transformer's three roles; the RNN attends from decoder states to encoder states only."""
+    return ("cross",) if is_rnn(config) else ROLES
+
+
+def allowed_kinds(config) -> list[str]:
+    """Every registered kind, and for the RNN also none (its baseline without attention)."""
+    return attention.names() + ([rnn.NO_ATTENTION] if is_rnn(config) else [])
+
+
 def check_config(config) -> None:
     """Translation's own fields: its model, the Transformer or the RNN, its data and its decoding."""
-    choice("model.name", config.model.name, roles.MODELS)
+    choice("model.name", config.model.name, MODELS)
     choice("model.cell", config.model.cell, rnn.CELLS)
     _check_recurrent_attention(config)
     choice("dataset.name", config.dataset.name, DATASETS)
@@ -56,7 +77,7 @@ def _check_recurrent_attention(config) -> None:
     """The RNN's attention forms (models/rnn.py); the Transformer leaves these fields alone."""
     choice("model.decoder_memory", config.model.decoder_memory, rnn.DECODER_MEMORIES)
     check_int(config, "model.memory_window", 1)
-    if not roles.is_rnn(config):
+    if not is_rnn(config):
         for field, default in (("static_attention", False), ("decoder_memory", rnn.NO_MEMORY)):
             if config.model[field] != default:
                 raise ConfigError(f"config.model.{field}={config.model[field]!r} applies to model.name='rnn' only")
@@ -66,7 +87,7 @@ def _check_recurrent_attention(config) -> None:
         if config.model.d_model % parts:
             raise ConfigError(f"config.model.decoder_memory={config.model.decoder_memory!r} splits each state in "
                               f"{parts}: config.model.d_model={config.model.d_model} must be divisible by {parts}")
-    kind = roles.role_kinds(config)["cross"]
+    kind = model_config.role_kinds(config, roles(config))["cross"]
     if config.model.static_attention and kind in (rnn.NO_ATTENTION, "forced_forward"):
         raise ConfigError(f"config.model.static_attention=True shares one context between the decoder steps; "
                           f"config.attention.name={kind!r} cannot: choose a kind other than none and forced_forward")
@@ -132,8 +153,9 @@ def create_model(config, data: TranslationData):
     params_key, dropout_key = jax.random.split(jax.random.key(config.seed))
     rngs = nnx.Rngs(params=params_key, dropout=dropout_key)
     vocab_sizes = len(data.source_vocab), len(data.target_vocab)
-    if config.model.name == "rnn":
-        kinds, options = roles.role_kinds(config), roles.kind_options(config)
+    if is_rnn(config):
+        kinds = model_config.role_kinds(config, roles(config))
+        options = model_config.kind_options(config, roles(config))
         spec = rnn.RecurrentSpec(
             num_layers=config.model.num_layers, hidden_dim=config.model.d_model, cell=config.model.cell,
             bidirectional=config.model.bidirectional, num_heads=config.model.num_heads,
@@ -143,7 +165,7 @@ def create_model(config, data: TranslationData):
             memory_window=config.model.memory_window)
         return rnn.RecurrentEncoderDecoder(*vocab_sizes, spec, rngs=rngs, pad_id=Vocabulary.PAD)
     max_len = max(data.train["source"].shape[1], data.train["target"].shape[1])
-    spec = roles.transformer_spec(config, max_len)
+    spec = model_config.transformer_spec(config, max_len, roles(config))
     return EncoderDecoder(*vocab_sizes, spec, rngs=rngs, pad_id=Vocabulary.PAD)
 
 
@@ -197,7 +219,7 @@ def summarize(sums: dict) -> dict:
 def decoded_outputs(model, arrays: dict, eval_config) -> np.ndarray:
     """[N, target length] tokens decoded from `arrays["source"]` with the cache, greedy (eval.beam_size 1)
     or beam search, PAD after EOS; in batches padded and split over the devices the model is on, like
-    evaluate.metric_totals."""
+    evaluation.metric_totals."""
     model.eval()
     graphdef, state = nnx.split(model)
     max_len = arrays["target"].shape[1]
@@ -221,9 +243,9 @@ def _forward(model, batch):
 
 
 def attention_analysis(config, workdir: str, model, data: TranslationData) -> list:
-    rows = evaluate.rank_sample(len(data.test_pairs), config.eval.rank_examples)
+    rows = evaluation.rank_sample(len(data.test_pairs), config.eval.rank_examples)
     batch = {name: array[rows] for name, array in data.test.items()}
-    captured = evaluate.attention_weights(model, _forward, batch)
+    captured = evaluation.attention_weights(model, _forward, batch)
     weights = {role: captured[role] for role in ROLES if role in captured}  # JAX returns keys sorted
     source_len = (batch["source"] != Vocabulary.PAD).sum(1)
     target_len = (batch["decoder_input"] != Vocabulary.PAD).sum(1)
@@ -233,13 +255,13 @@ def attention_analysis(config, workdir: str, model, data: TranslationData) -> li
     target_tokens = [data.target_vocab.tokens[i] for i in batch["decoder_input"][0, : target_len[0]]]
     tokens_q = {"encoder_self": source_tokens, "decoder_self": target_tokens, "cross": target_tokens}
     tokens_k = {"encoder_self": source_tokens, "decoder_self": target_tokens, "cross": source_tokens}
-    return evaluate.attention_analysis(config, workdir, model, weights, query_len, key_len, tokens_q, tokens_k)
+    return evaluation.attention_analysis(config, workdir, model, weights, query_len, key_len, tokens_q, tokens_k)
 
 
 def final_metrics(config, model, data: TranslationData) -> dict:
     """eval.json's metrics: exact match of the decoded outputs by token id, BLEU of their strings,
     teacher-forced token accuracy and loss."""
-    teacher_forced = summarize(evaluate.model_metric_totals(model, metric_sums, data.test, config.eval.batch_size))
+    teacher_forced = summarize(evaluation.model_metric_totals(model, metric_sums, data.test, config.eval.batch_size))
     tokens, target = decoded_outputs(model, data.test, config.eval), data.test["target"]
     outputs = [data.target_vocab.decode(row) for row in tokens]  # without PAD and BOS: for BLEU only
     references = [reference for _, reference in data.test_pairs]
@@ -253,16 +275,16 @@ def final_metrics(config, model, data: TranslationData) -> dict:
 
 def evaluate_model(config, workdir: str, model, data: TranslationData, step: int) -> dict:
     """Evaluates on the whole test split and writes `eval.json` in the workdir; returns its content."""
-    return evaluate.write_eval_json(config, workdir, {
+    return evaluation.write_eval_json(config, workdir, {
         "step": int(step),
-        "task": "translation",
+        "task": NAME,
         "split": "test",
         "num_examples": len(data.test_pairs),
-        "attention": roles.role_kinds(config),
+        "attention": model_config.role_kinds(config, roles(config)),
         "metrics": final_metrics(config, model, data),
         "rank": attention_analysis(config, workdir, model, data),
         # Over the longest source and target: the keys each role attends over.
-        "state": evaluate.attention_state(model, {"encoder_self": data.test["source"].shape[1],
+        "state": evaluation.attention_state(model, {"encoder_self": data.test["source"].shape[1],
                                                   "decoder_self": data.test["target"].shape[1],
                                                   "cross": data.test["source"].shape[1]}),
     })

@@ -1,18 +1,24 @@
-"""The ListOps task (see training/tasks.py): expressions generated with fixed seeds (data/listops.py), an
+"""The ListOps task (tasks/interface.py): expressions generated with fixed seeds (data/listops.py), an
 encoder with a pooling head (models/classifier.py), accuracy over the 10 values, and attention ranks."""
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from analysis import report
 from data import listops, pipeline
-from models import SequenceClassifier, pooling, roles
-from training import evaluate
+from models import SequenceClassifier, pooling
+from training import evaluation, model_config
 from training.config_checks import ConfigError, check_int, choice
 from training.losses import token_cross_entropy
 
+NAME = "listops"
+METRICS = ("accuracy", "loss")
 PROGRESS_METRIC = "accuracy"
+report_sections = functools.partial(report.rank_study_sections, METRICS)
+allowed_kinds = model_config.registered_kinds
 DATASETS = ("listops",)
 
 
@@ -21,6 +27,11 @@ class ListOpsData:
     train: dict  # data.listops.arrays: inputs int32 [N, 1 + max_length] ([CLS] first), targets and weights [N, 1]
     validation: dict
     test: dict
+
+
+def roles(config) -> tuple[str, ...]:
+    del config
+    return ("encoder_self",)
 
 
 def check_config(config) -> None:
@@ -50,8 +61,8 @@ def create_model(config, data: ListOpsData) -> SequenceClassifier:
     del data
     model = config.model
     params_key, dropout_key = jax.random.split(jax.random.key(config.seed))
-    return SequenceClassifier(listops.VOCAB_SIZE, listops.NUM_CLASSES,
-                              roles.transformer_spec(config, config.dataset.max_length + 1),
+    spec = model_config.transformer_spec(config, config.dataset.max_length + 1, roles(config))
+    return SequenceClassifier(listops.VOCAB_SIZE, listops.NUM_CLASSES, spec,
                               pooling_name=model.pooling, pooling_hops=model.pooling_hops,
                               pooling_penalty=model.pooling_penalty,
                               rngs=nnx.Rngs(params=params_key, dropout=dropout_key), pad_id=listops.PAD)
@@ -83,16 +94,16 @@ def evaluate_model(config, workdir: str, model, data: ListOpsData, step: int) ->
     """Accuracy on the whole `dataset.split` split, attention ranks of test examples and state sizes ->
     eval.json."""
     dataset = config.dataset
-    totals = evaluate.model_metric_totals(model, metric_sums, getattr(data, dataset.split), config.eval.batch_size)
-    return evaluate.write_eval_json(config, workdir, {
+    totals = evaluation.model_metric_totals(model, metric_sums, getattr(data, dataset.split), config.eval.batch_size)
+    return evaluation.write_eval_json(config, workdir, {
         "step": int(step),
-        "task": "listops",
+        "task": NAME,
         "split": dataset.split,
         "num_examples": int(len(getattr(data, dataset.split)["inputs"])),
-        "attention": roles.role_kinds(config),
+        "attention": model_config.role_kinds(config, roles(config)),
         "pooling": config.model.pooling,
         "metrics": summarize(totals),
-        "rank": evaluate.encoder_analysis(config, workdir, model, data.test["inputs"], listops.PAD,
+        "rank": evaluation.encoder_analysis(config, workdir, model, data.test["inputs"], listops.PAD,
                                           listops.decode),
-        "state": evaluate.attention_state(model, {"encoder_self": dataset.max_length + 1}),
+        "state": evaluation.attention_state(model, {"encoder_self": dataset.max_length + 1}),
     })

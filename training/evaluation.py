@@ -1,4 +1,5 @@
-"""Evaluation shared by the tasks: metric sums over a split, attention capture, ranks, plots, eval.json."""
+"""Evaluation shared by the tasks: metric sums over a split, attention capture, ranks, plots, eval.json. The
+entry that evaluates a workdir, eval.py's, is training/loop.py's `evaluate`."""
 import contextlib
 import json
 import os
@@ -10,9 +11,8 @@ from flax import nnx
 from analysis import plots, rank
 from data import pipeline
 from models import CAUSAL_ROLES
-from training import devices, sharding, tasks, validate, workdirs
-from training.checkpoints import Checkpoints
-from training.steps import create_optimizer, init_state, make_eval_step
+from training import devices, sharding, workdirs
+from training.steps import make_eval_step
 
 
 @contextlib.contextmanager
@@ -128,25 +128,3 @@ def write_eval_json(config, workdir: str, result: dict) -> dict:
     with open(os.path.join(workdir, "eval.json"), "w") as f:
         json.dump(result, f, indent=1)
     return result
-
-
-def evaluate(config, workdir: str) -> dict:
-    """Restores the latest checkpoint of `workdir` and evaluates it (what eval.py runs) with `config`,
-    which may differ from the config the workdir trained only in what workdirs.CHANGEABLE allows."""
-    validate.validate(config)
-    workdirs.check_eval_config(config, workdir)
-    task = tasks.get(config.task)
-    directory = os.path.join(workdir, "checkpoints")
-    checkpoints = Checkpoints(directory) if os.path.isdir(directory) else None  # a manager would make it
-    if checkpoints is None or checkpoints.latest_step() is None:
-        if checkpoints:
-            checkpoints.close()
-        raise workdirs.WorkdirError(f"{directory}: no checkpoint; train first")
-    data = task.prepare_data(config, workdir)
-    model = task.create_model(config, data)
-    _, state = init_state(model, create_optimizer(config))  # the layout training checkpointed
-    state, _ = sharding.put_state(state, sharding.data_mesh(), config.sharding.params)
-    step, state, _ = checkpoints.restore_latest(state)  # past a damaged latest one, as training does
-    checkpoints.close()
-    nnx.update(model, state["params"], state["rest"])
-    return task.evaluate_model(config, workdir, model, data, step)

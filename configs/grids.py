@@ -1,0 +1,50 @@
+"""What a study is, as plain data: a config, the runs on it and how many seeds; and the grids of attention
+kinds that several tasks' studies share. Each task's config file lists its studies (STUDIES), which
+configs/studies.py looks up.
+
+Overrides map dotted config fields to values; each becomes `--config.<field>=<value>` on train.py's
+command line, the study's first, then the run's.
+"""
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    name: str  # its directory and its row in the report
+    overrides: dict
+    # Runs sharing a non-empty group are alternatives (e.g. learning rates): the report keeps the one whose
+    # validation headline metric, mean over seeds, is best, under the group's name. Test data never decides.
+    group: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Study:
+    config: str  # file[:presets], relative to the repository root
+    overrides: dict  # shared by every run
+    runs: list[Run]
+    seeds: int  # each run trains with seeds 0 .. seeds - 1
+    sweep: bool = False  # also a W&B sweep, sweeps/<task>-<preset>.yaml (python -m scripts.sweep --generate)
+
+
+def kind_run(kind: str, name: str = "", **options) -> Run:
+    """A run of attention `kind` (every role), its options set as `attention.<option>`."""
+    overrides = {"attention.name": kind, **{f"attention.{key}": value for key, value in options.items()}}
+    return Run(name or kind, overrides)
+
+
+def rank_bound_grid(performer_features: tuple[int, ...], local_window: int) -> list[Run]:
+    """Softmax against kernelised kinds of growing feature dimension, and local attention."""
+    return [
+        kind_run("softmax"),
+        kind_run("linear"),  # elu + 1 features: feature dim = head dim
+        *(kind_run("performer", f"performer_m{m}", num_features=m) for m in performer_features),
+        kind_run("taylor", taylor_order=2),
+        kind_run("exp_limit", exp_limit_n=2),
+        kind_run("local", window=local_window),
+    ]
+
+
+def every_kind_grid(performer_features: tuple[int, ...], local_window: int) -> list[Run]:
+    """The rank-bound grid and the other kernelised kinds."""
+    others = [kind_run(kind) for kind in ("relu", "hedgehog", "cosformer")]
+    return rank_bound_grid(performer_features, local_window) + others
