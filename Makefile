@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 CONFIG ?= configs/translation.py
 WORKDIR ?= runs/default
-# make compare: the study of configs/studies.py to run (TASK=translation PRESET=kinds, ...).
+# make compare: the study to run (STUDIES in configs/<task>.py) (TASK=translation PRESET=kinds, ...).
 TASK ?= mlm
 PRESET ?= quick
 # Tests run in parallel on all cores; PYTEST_ARGS adds to them (e.g. PYTEST_ARGS="-k attention").

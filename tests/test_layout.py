@@ -1,13 +1,21 @@
-"""The packages' dependencies point one way: attention <- models <- training, data beside them. A model is
-handed what it needs of a dataset (its special ids, its sizes); it never imports the data pipeline. And
-functions stay short enough to read at a glance, config files aside (one field per line)."""
+"""The packages' dependencies point one way: attention <- models <- training <- tasks, data beside them, and
+no module imports itself back, not even through importlib. A model is handed what it needs of a dataset (its
+special ids, its sizes); it never imports the data pipeline. A task is known by name only to its own module,
+config, dataset and tests. And functions stay short enough to read at a glance, config files aside (one
+field per line)."""
 import ast
 import pathlib
 
 import pytest
 
+import tasks
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-FORBIDDEN = {"attention": {"models", "data", "training", "configs"}, "models": {"data", "training", "configs"}}
+FORBIDDEN = {"attention": {"models", "data", "training", "tasks", "configs"},
+             "models": {"data", "training", "tasks", "configs"},
+             "analysis": {"training", "tasks", "configs"},
+             "training": {"configs"}, "tasks": {"configs"}}
+PACKAGES = ("attention", "models", "data", "training", "tasks", "analysis", "configs", "scripts")
 
 
 def _imported_packages(path: pathlib.Path) -> set[str]:
@@ -25,7 +33,7 @@ def test_lower_packages_import_nothing_from_higher_ones(package):
 
 
 MAX_FUNCTION_LINES = 50
-SOURCES = ("attention", "models", "data", "training", "analysis", "scripts", "tests")
+SOURCES = ("attention", "models", "data", "training", "tasks", "analysis", "scripts", "tests")
 
 
 def test_no_function_is_longer_than_fifty_lines():
@@ -39,3 +47,81 @@ def test_no_function_is_longer_than_fifty_lines():
                 if length > MAX_FUNCTION_LINES:
                     long[f"{path.relative_to(ROOT)}:{node.lineno} {node.name}"] = length
     assert long == {}
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _lab_modules() -> dict[str, pathlib.Path]:
+    return {_module_name(path): path for package in PACKAGES for path in sorted((ROOT / package).glob("*.py"))}
+
+
+def _dynamic_targets(node: ast.Call, modules) -> set[str]:
+    """The modules an importlib.import_module(f"<package>.{...}") call may load: the package's modules named
+    after a task (configs/<task>.py). tasks/__init__.py's discovery is _imports' pkgutil rule."""
+    argument = node.args[0] if node.args else None
+    if not isinstance(argument, ast.JoinedStr) or not isinstance(argument.values[0], ast.Constant):
+        return set()
+    package = argument.values[0].value.rstrip(".")
+    return {f"{package}.{task}" for task in tasks.names()} & set(modules)
+
+
+def _imports(name: str, path: pathlib.Path, modules) -> set[str]:
+    """The lab modules `name` imports: `from a import b` counts as a.b where that is a module, else a."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found |= {f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules else node.module
+                      for alias in node.names}
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "import_module":
+            found |= _dynamic_targets(node, modules)
+    if path.name == "__init__.py" and "pkgutil" in found:  # a package that discovers its modules (tasks)
+        found |= {module for module in modules if module.startswith(f"{name}.")}
+    return (found & set(modules)) - {name}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of `graph`, or None (depth-first search)."""
+    state, stack = {}, []
+
+    def visit(module):
+        state[module] = "open"
+        stack.append(module)
+        for target in sorted(graph[module]):
+            if state.get(target) == "open":
+                return stack[stack.index(target):] + [target]
+            if target not in state and (cycle := visit(target)):
+                return cycle
+        state[module] = "done"
+        stack.pop()
+        return None
+
+    return next((cycle for module in sorted(graph) if module not in state and (cycle := visit(module))), None)
+
+
+def test_no_module_imports_itself_back_even_through_importlib():
+    modules = _lab_modules()
+    graph = {name: _imports(name, path, modules) for name, path in modules.items()}
+    assert graph["tasks"] >= {f"tasks.{task}" for task in tasks.names()}  # the discovery is seen
+    assert graph["configs.studies"] >= {f"configs.{task}" for task in tasks.names()}
+    assert _cycle(graph) is None
+
+
+def test_a_cycle_is_found():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def _task_names_in(path: pathlib.Path) -> list[str]:
+    return [f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}"
+            for node in ast.walk(ast.parse(path.read_text(), str(path)))
+            if isinstance(node, ast.Constant) and node.value in tasks.names()]
+
+
+def test_a_task_is_named_only_in_its_module_config_dataset_and_tests():
+    own = {ROOT / package / f"{task}.py" for task in tasks.names() for package in ("tasks", "configs", "data")}
+    paths = [path for path in _lab_modules().values() if path not in own] + [ROOT / "train.py", ROOT / "eval.py"]
+    assert [hit for path in paths for hit in _task_names_in(path)] == []
