@@ -6,10 +6,11 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from analysis import report
-from data import mlm, mlm_corpus, text_corpus, tokenizer
+from data import mlm, mlm_baselines, mlm_corpus, text_corpus, tokenizer
 from models import MaskedLanguageModel
 from training import evaluation, model_config
 from training.config_checks import ConfigError, check_fields_read, check_file, check_int, choice
@@ -83,9 +84,33 @@ def summarize(sums: dict) -> dict:
             "perplexity": math.exp(min(loss, 700.0))}  # exp overflows a float beyond ~709
 
 
+def _accuracy(hits: np.ndarray, weights: np.ndarray) -> float:
+    return float((hits * weights).sum() / max(weights.sum(), 1.0))
+
+
+def _baselines(hits: dict, weights: np.ndarray) -> dict:
+    return {name: _accuracy(hit, weights) for name, hit in hits.items()}
+
+
+def recall_slice_metrics(model, data: mlm_corpus.MlmData, totals: dict, hits: dict, batch_size: int) -> dict:
+    """The test positions split by mlm_baselines.recall_slice: the share of each part, the model's masked
+    accuracy and loss on it (from `totals`, the model's sums over every position) and every baseline's
+    accuracy (from their `hits`)."""
+    test, weights = data.test, data.test["weights"]
+    recall = mlm_baselines.recall_slice(test["inputs"], test["positions"], test["targets"]) * weights
+    recalled = evaluation.model_metric_totals(model, metric_sums, {**test, "weights": recall}, batch_size)
+    rest = {name: totals[name] - recalled[name] for name in totals}
+    return {part: {"share": float(part_weights.sum() / max(weights.sum(), 1.0)),
+                   **{key: summarize(sums)[key] for key in ("masked_accuracy", "loss")},
+                   "baselines": _baselines(hits, part_weights)}
+            for part, part_weights, sums in (("recall", recall, recalled), ("rest", weights - recall, rest))}
+
+
 def evaluate_model(config, workdir: str, model, data: mlm_corpus.MlmData, step: int) -> dict:
-    """Masked-token metrics on the whole test split (fixed masking) and attention ranks -> eval.json."""
+    """Masked-token metrics on the whole test split (fixed masking), the same for the no-attention baselines
+    and on the recall slice, and attention ranks -> eval.json."""
     totals = evaluation.model_metric_totals(model, metric_sums, data.test, config.eval.batch_size)
+    hits = mlm_baselines.hits(data.train, data.test, data.tokenizer.vocab_size)
     return evaluation.write_eval_json(config, workdir, {
         "step": int(step),
         "task": NAME,
@@ -94,6 +119,8 @@ def evaluate_model(config, workdir: str, model, data: mlm_corpus.MlmData, step: 
         "vocab_size": data.tokenizer.vocab_size,
         "attention": model_config.role_kinds(config, roles(config)),
         "metrics": summarize(totals),
+        "baselines": _baselines(hits, data.test["weights"]),
+        "recall_slice": recall_slice_metrics(model, data, totals, hits, config.eval.batch_size),
         "rank": evaluation.encoder_analysis(config, workdir, model, data.test["inputs"], tokenizer.PAD,
                                           lambda ids: [data.tokenizer.piece(int(i)) for i in ids]),
         "state": evaluation.attention_state(model, {"encoder_self": config.dataset.seq_len}),

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from configs import mlm as mlm_config
-from data import mlm_corpus
+from data import mlm_baselines, mlm_corpus
 from data.files import DatasetNotPreparedError
 from tasks import mlm
 from training import loop, validate
@@ -72,6 +72,20 @@ def test_eval_json_follows_the_contract(trained):
         spectra = json.load(f)
     assert list(spectra) == ["encoder_self"] and len(spectra["encoder_self"]) == layers
     assert spectra["encoder_self"][0][0] == pytest.approx(1.0)  # normalised by the largest
+
+
+def test_eval_json_splits_the_test_positions_into_the_recall_slice_and_the_rest(trained):
+    """The two parts add up to the whole: shares to 1, the model's and every baseline's accuracy as the
+    share-weighted mean of the parts."""
+    _, _, result = trained
+    parts = result["recall_slice"]
+    assert set(parts) == {"recall", "rest"} and sum(part["share"] for part in parts.values()) == pytest.approx(1)
+    assert 0 < parts["recall"]["share"] < 1
+    assert set(result["baselines"]) == set(mlm_baselines.BASELINES)
+    whole = {"model": result["metrics"]["masked_accuracy"], **result["baselines"]}
+    for name, accuracy in whole.items():
+        by_part = [part["masked_accuracy"] if name == "model" else part["baselines"][name] for part in parts.values()]
+        assert accuracy == pytest.approx(sum(part["share"] * value for part, value in zip(parts.values(), by_part)))
 
 
 def test_eval_py_restores_the_trained_parameters(trained):
