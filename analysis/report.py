@@ -40,29 +40,29 @@ def _role(attention: dict) -> str:
     return next(role for role in ROLES if role in attention)
 
 
-def _kind(evals: list[dict]) -> str:
+def kind_of(evals: list[dict]) -> str:
     return evals[0]["attention"][_role(evals[0]["attention"])]
 
 
-def _rank_rows(evals: list[dict], role: str | None = None) -> list[dict]:
+def rank_rows(evals: list[dict], role: str | None = None) -> list[dict]:
     """The rows of `role` (default: the reported one) of every seed: one per (seed, layer, head); none
     without attention."""
     role = role or _role(evals[0]["attention"])
     return [row for result in evals for row in result["rank"] if row["role"] == role]
 
 
-def _rank_bound(evals: list[dict]) -> int | None:
-    rows = _rank_rows(evals)
+def rank_bound(evals: list[dict]) -> int | None:
+    rows = rank_rows(evals)
     return rows[0]["rank_bound"] if rows else None
 
 
 def _rank_mean(evals: list[dict], field: str, role: str | None = None) -> float:
-    return float(np.mean([row[field] for row in _rank_rows(evals, role)]))
+    return float(np.mean([row[field] for row in rank_rows(evals, role)]))
 
 
 def _max_numerical_rank(evals: list[dict]) -> int:
     """The largest numerical rank of a single matrix, over every layer, head, example and seed."""
-    return max(row["max_numerical_rank"] for row in _rank_rows(evals))
+    return max(row["max_numerical_rank"] for row in rank_rows(evals))
 
 
 def _dash_if_none(value) -> str:
@@ -81,7 +81,7 @@ def accuracy_table(metrics: tuple[str, ...], results: dict[str, list[dict]]) -> 
         mean, std = _headline(metrics, evals)
         means = " | ".join(f"{np.mean([result['metrics'][metric] for result in evals]):.4f}" for metric in others)
         lines.append(
-            f"| {name} | {_kind(evals)} | {_dash_if_none(_rank_bound(evals))} | {len(evals)} | "
+            f"| {name} | {kind_of(evals)} | {_dash_if_none(rank_bound(evals))} | {len(evals)} | "
             f"{mean:.4f} ± {'-' if std is None else f'{std:.4f}'} | {means} |"
         )
     return "\n".join(lines)
@@ -90,9 +90,9 @@ def accuracy_table(metrics: tuple[str, ...], results: dict[str, list[dict]]) -> 
 def _bound_counts(name: str, evals: list[dict]) -> tuple[int, int, int] | None:
     """(matrices over the rank bound, matrices it can bind on, matrices) of run `name`'s reported role, over
     every layer, head, example and seed; None without a bound."""
-    if _rank_bound(evals) is None:
+    if rank_bound(evals) is None:
         return None
-    rows = _rank_rows(evals)
+    rows = rank_rows(evals)
     if not all("matrices_over_bound" in row for row in rows):
         raise ValueError(f"{name}: eval.json without per-matrix bound counts (written before they existed); "
                          "evaluate its seeds again with eval.py")
@@ -127,14 +127,14 @@ def rank_table(results: dict[str, list[dict]], head_dim: int | None = None) -> s
         "|---|---|---:|---:|---:|---:|---:|---:|---:|" + ("---|" if with_head_dim else ""),
     ]
     for name, evals in results.items():
-        if not _rank_rows(evals):  # no attention, no matrix
-            lines.append(f"| {name} | {_kind(evals)} |" + " - |" * (7 + with_head_dim))
+        if not rank_rows(evals):  # no attention, no matrix
+            lines.append(f"| {name} | {kind_of(evals)} |" + " - |" * (7 + with_head_dim))
             continue
         lines.append(
-            f"| {name} | {_kind(evals)} | {_rank_mean(evals, 'seq_len'):g} | "
+            f"| {name} | {kind_of(evals)} | {_rank_mean(evals, 'seq_len'):g} | "
             f"{_rank_mean(evals, 'numerical_rank'):.2f} | {_max_numerical_rank(evals)} | "
             f"{_rank_mean(evals, 'effective_rank'):.2f} | {_rank_mean(evals, 'stable_rank'):.2f} | "
-            f"{_dash_if_none(_rank_bound(evals))} | {_over_bound(_bound_counts(name, evals))} |"
+            f"{_dash_if_none(rank_bound(evals))} | {_over_bound(_bound_counts(name, evals))} |"
             + (f" {_yes_no(_above_head_dim(evals, head_dim))} |" if with_head_dim else "")
         )
     return "\n".join(lines)
@@ -147,7 +147,7 @@ def role_rank_table(results: dict[str, list[dict]]) -> str:
              "|---|---|---|---:|---:|---:|---:|---:|"]
     for name, evals in results.items():
         for role in (role for role in ROLES if role in evals[0]["attention"]):
-            rows = _rank_rows(evals, role)
+            rows = rank_rows(evals, role)
             if rows:
                 mean = {field: _rank_mean(evals, field, role) for field in
                         ("seq_len", "numerical_rank", "effective_rank", "stable_rank")}
@@ -163,13 +163,23 @@ def rank_note(results: dict[str, list[dict]], head_dim: int | None = None) -> st
     for name, evals in results.items():
         counts = _bound_counts(name, evals)
         if counts is not None and counts[1] == 0:
-            sentences.append(f"{name}: its bound {_rank_bound(evals)} cannot bind: no matrix has both sides longer.")
+            sentences.append(f"{name}: its bound {rank_bound(evals)} cannot bind: no matrix has both sides longer.")
         elif counts is not None:
-            sentences.append(f"{name}: {counts[0]} of {counts[2]} matrices above its bound {_rank_bound(evals)}.")
-        elif _kind(evals) == "softmax" and head_dim is not None:
+            sentences.append(f"{name}: {counts[0]} of {counts[2]} matrices above its bound {rank_bound(evals)}.")
+        elif kind_of(evals) == "softmax" and head_dim is not None:
             sentences.append(f"{name}: mean numerical rank {_rank_mean(evals, 'numerical_rank'):.2f}, "
                              f"{'above' if _above_head_dim(evals, head_dim) else 'not above'} the head dim {head_dim}.")
     return " ".join(sentences)
+
+
+def draw_baselines(ax, results: dict[str, list[dict]]) -> None:
+    """The predictors without attention that a run's eval.json carries (`baselines`, MLM's) as grey levels,
+    each labelled at the right edge."""
+    baselines = next(iter(results.values()))[0].get("baselines", {})
+    for name, accuracy in baselines.items():
+        ax.axhline(accuracy, color="0.55", linestyle=":", linewidth=1)
+        ax.annotate(name, (1.0, accuracy), xycoords=("axes fraction", "data"), xytext=(-2, 2),
+                    textcoords="offset points", fontsize=7, color="0.4", ha="right")
 
 
 def plot_accuracy_vs_feature_dim(metrics: tuple[str, ...], results: dict[str, list[dict]], path: str) -> str:
@@ -179,19 +189,20 @@ def plot_accuracy_vs_feature_dim(metrics: tuple[str, ...], results: dict[str, li
     colors = itertools.cycle(plots.COLORS)  # explicit: axhline does not advance the axes' colour cycle
     for name, evals in results.items():
         mean, std = _headline(metrics, evals)
-        bound = _rank_bound(evals)
+        bound = rank_bound(evals)
         if bound is None:
             color = next(colors)
             ax.axhline(mean, color=color, linestyle="--", linewidth=1, label=name)
             if std is not None:
                 ax.axhspan(mean - std, mean + std, color=color, alpha=0.15)
         else:
-            by_kind.setdefault(_kind(evals), []).append((bound, mean, std or 0.0))
+            by_kind.setdefault(kind_of(evals), []).append((bound, mean, std or 0.0))
     for kind, points in by_kind.items():
         dims, means, stds = zip(*sorted(points))
         ax.errorbar(dims, means, yerr=stds, color=next(colors), marker="o", capsize=3, label=kind)
     if by_kind:  # a log axis needs positive data to place its limits
         plots.counts_log_x(ax)
+    draw_baselines(ax, results)
     ax.set_xlabel("feature dim (rank bound)")
     ax.set_ylabel(metrics[0])
     plots.legend_outside(ax)
@@ -203,12 +214,13 @@ def plot_accuracy_vs_effective_rank(metrics: tuple[str, ...], results: dict[str,
     fig, ax = plt.subplots(figsize=(7.5, 4), layout="constrained")
     ax.set_prop_cycle(color=plots.COLORS)
     for name, evals in results.items():
-        if not _rank_rows(evals):
+        if not rank_rows(evals):
             continue
         mean, std = _headline(metrics, evals)
         effective_rank = _rank_mean(evals, "effective_rank")
         ax.errorbar(effective_rank, mean, yerr=std or 0.0, marker="o", capsize=3)
         ax.annotate(name, (effective_rank, mean), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    draw_baselines(ax, results)
     ax.set_xlabel("effective rank (mean over layers, heads, seeds)")
     ax.set_ylabel(metrics[0])
     return plots.save_figure(fig, path)
@@ -225,7 +237,7 @@ def plot_spectra_by_run(results: dict[str, list[dict]], spectra: dict[str, dict]
         length = max(length, len(values))
         # Exact zeros (beyond every matrix's length) have no place on a log axis.
         ax.plot(np.arange(1, len(values) + 1), np.where(values > 0, values, np.nan), label=name)
-    bounds = {_rank_bound(results[name]) for name in spectra if name in results}
+    bounds = {rank_bound(results[name]) for name in spectra if name in results}
     for bound in sorted(bound for bound in bounds if bound is not None and bound < length):
         ax.axvline(bound, color="gray", linestyle=":", linewidth=1)
         ax.annotate(f"m={bound}", (bound, 1.0), xytext=(2, -10), textcoords="offset points", fontsize=7)

@@ -1,7 +1,6 @@
 """The masked-language-modelling task (tasks/interface.py): its config checks, the data of
 data/mlm_corpus.py (text, SentencePiece tokens packed into fixed-length sequences) with BERT masking, the
 encoder-only model, and the evaluation behind eval.json."""
-import functools
 import math
 
 import jax
@@ -9,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from analysis import report
+from analysis import report, stats
 from data import mlm, mlm_baselines, mlm_corpus, text_corpus, tokenizer
 from models import MaskedLanguageModel
 from training import evaluation, model_config
@@ -19,7 +18,6 @@ from training.losses import prediction_loss_and_accuracy, prediction_sums
 NAME = "mlm"
 METRICS = ("masked_accuracy", "loss", "perplexity")
 PROGRESS_METRIC = "masked_accuracy"
-report_sections = functools.partial(report.rank_study_sections, METRICS)
 allowed_kinds = model_config.registered_kinds
 
 
@@ -125,3 +123,82 @@ def evaluate_model(config, workdir: str, model, data: mlm_corpus.MlmData, step: 
                                           lambda ids: [data.tokenizer.piece(int(i)) for i in ids]),
         "state": evaluation.attention_state(model, {"encoder_self": config.dataset.seq_len}),
     })
+
+
+def _by_seed(evals: list[dict], value) -> dict[int, float]:
+    return {result["config"]["seed"]: value(result) for result in evals}
+
+
+def _difference_text(evals: list[dict], reference: list[dict] | None, value) -> str:
+    if reference is None:
+        return "-"
+    mean, half_width = stats.paired_difference(_by_seed(evals, value), _by_seed(reference, value))
+    return f"{mean:+.4f}" + ("" if half_width is None else f" ± {half_width:.4f}")
+
+
+def _slice_accuracy(part: str):
+    return lambda result: result["recall_slice"][part]["masked_accuracy"]
+
+
+def recall_slice_table(results: dict[str, list[dict]]) -> str:
+    """Per run: the model's masked accuracy on the recall slice and on the rest (mean ± std over seeds) and
+    its difference to softmax's, overall and on the slice, mean and 95% interval over seeds paired."""
+    reference = next((evals for evals in results.values() if report.kind_of(evals) == "softmax"), None)
+    lines = ["| run | kind | feature dim | seeds | recall share | recall slice | rest | vs softmax, all "
+             "(95% CI) | vs softmax, recall slice (95% CI) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    overall = lambda result: result["metrics"]["masked_accuracy"]  # noqa: E731
+    for name, evals in results.items():
+        share = np.mean([result["recall_slice"]["recall"]["share"] for result in evals])
+        parts = [stats.mean_std([_slice_accuracy(part)(result) for result in evals]) for part in ("recall", "rest")]
+        cells = [f"{mean:.4f}" + ("" if std is None else f" ± {std:.4f}") for mean, std in parts]
+        bound = report.rank_bound(evals)
+        lines.append(f"| {name} | {report.kind_of(evals)} | {'-' if bound is None else bound} | {len(evals)} | "
+                     f"{share:.3f} | {' | '.join(cells)} | {_difference_text(evals, reference, overall)} | "
+                     f"{_difference_text(evals, reference, _slice_accuracy('recall'))} |")
+    return "\n".join(lines)
+
+
+def baseline_table(results: dict[str, list[dict]]) -> str:
+    """The predictors without attention on the study's test positions (the same for every run)."""
+    first = next(iter(results.values()))[0]
+    lines = ["| predictor | all positions | recall slice | rest |", "|---|---:|---:|---:|"]
+    for name, accuracy in first["baselines"].items():
+        parts = (first["recall_slice"][part]["baselines"][name] for part in ("recall", "rest"))
+        lines.append(f"| {name} | {accuracy:.4f} | " + " | ".join(f"{value:.4f}" for value in parts) + " |")
+    return "\n".join(lines)
+
+
+def layer_rank_table(results: dict[str, list[dict]]) -> str:
+    """Effective rank of each layer's encoder self-attention, mean over heads, analysed examples and seeds."""
+    layers = sorted({row["layer"] for evals in results.values() for row in report.rank_rows(evals)})
+    lines = ["| run | kind | " + " | ".join(f"layer {layer}" for layer in layers) + " |",
+             "|---|---|" + "---:|" * len(layers)]
+    for name, evals in results.items():
+        rows = report.rank_rows(evals)
+        means = [np.mean([row["effective_rank"] for row in rows if row["layer"] == layer]) for layer in layers]
+        lines.append(f"| {name} | {report.kind_of(evals)} | " + " | ".join(f"{mean:.2f}" for mean in means) + " |")
+    return "\n".join(lines)
+
+
+def report_sections(results: dict[str, list[dict]], spectra: dict, out_dir: str, head_dim: int | None) -> list[str]:
+    """The rank study's sections (its accuracy plots draw the baselines), the effective rank per layer, then
+    the baselines and the recall slice (of runs whose eval.json has them: written before them, none)."""
+    sections = [
+        *report.rank_study_sections(METRICS, results, spectra, out_dir, head_dim),
+        "## Effective rank per layer\n\nEncoder self-attention, mean over heads, analysed examples and seeds.",
+        layer_rank_table(results),
+    ]
+    if not all("recall_slice" in result for evals in results.values() for result in evals):
+        return sections
+    return sections + [
+        "## Predictors without attention\n\nMasked accuracy on the same test positions (mlm_baselines.py): the "
+        "most frequent piece; the visible token, or the most frequent where it is [MASK]; a guess drawn from "
+        "the training frequencies (expected accuracy); the two visible neighbours (naive Bayes of training "
+        "pair counts). Drawn as dotted levels on the accuracy plots.",
+        baseline_table(results),
+        "## The recall slice\n\nThe test positions whose target follows the same left neighbour elsewhere in "
+        "its sequence (its share of the positions), where attention can recall it, and the rest. Accuracy "
+        "mean ± std over seeds (ddof=1); differences to softmax paired by seed, mean ± the half-width of "
+        "the 95% t-interval.",
+        recall_slice_table(results),
+    ]

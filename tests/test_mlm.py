@@ -142,3 +142,30 @@ def test_an_unprepared_tfds_dataset_says_how_to_prepare_it(tmp_path):
     config.dataset.data_dir = str(tmp_path)
     with pytest.raises(DatasetNotPreparedError, match="tfds build imdb_reviews"):
         mlm_corpus.load_texts(config.dataset, "train")
+
+
+def _study_eval(kind: str, seed: int, recall_accuracy: float, rest_accuracy: float) -> dict:
+    """An MLM eval.json of a study's run: a recall slice of a quarter of the positions."""
+    baselines = {"most_frequent": 0.05, "visible_or_frequent": 0.14, "unigram": 0.01, "bigram": 0.29}
+    part = lambda share, accuracy: {"share": share, "masked_accuracy": accuracy, "loss": 2.0,  # noqa: E731
+                                    "baselines": baselines}
+    return {"config": {"seed": seed}, "attention": {"encoder_self": kind},
+            "metrics": {"masked_accuracy": 0.25 * recall_accuracy + 0.75 * rest_accuracy, "loss": 2.0,
+                        "perplexity": 7.4},
+            "baselines": baselines, "recall_slice": {"recall": part(0.25, recall_accuracy),
+                                                     "rest": part(0.75, rest_accuracy)},
+            "rank": [{"role": "encoder_self", "layer": layer, "head": 0, "effective_rank": 10.0 + layer + seed,
+                      "rank_bound": None if kind == "softmax" else 32} for layer in range(2)]}
+
+
+def test_the_report_gives_each_kind_against_softmax_with_a_95_percent_interval_paired_by_seed():
+    # Seeds listed out of order: the pairing goes by config.seed. Differences on the slice: -0.1, -0.15, -0.05.
+    results = {"softmax": [_study_eval("softmax", seed, acc, 0.3) for seed, acc in ((0, 0.5), (1, 0.6), (2, 0.7))],
+               "linear": [_study_eval("linear", seed, acc, 0.3) for seed, acc in ((2, 0.65), (0, 0.4), (1, 0.45))]}
+    rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in mlm.recall_slice_table(results).splitlines()[2:]}
+    half_width = 4.302653 * 0.05 / math.sqrt(3)  # t(0.975, 2) x std / sqrt(n)
+    assert rows["linear"][-1] == f"-0.1000 ± {half_width:.4f} |"
+    assert rows["linear"][-2] == f"{0.25 * -0.1:+.4f} ± {0.25 * half_width:.4f}"
+    assert rows["softmax"][-1] == "+0.0000 ± 0.0000 |"
+    assert "| bigram | 0.2900 | 0.2900 | 0.2900 |" in mlm.baseline_table(results)
+    assert mlm.layer_rank_table(results).splitlines()[2] == "| softmax | softmax | 11.00 | 12.00 |"
