@@ -4,7 +4,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attention.registry import register
-from attention.softmax import ScoreAttention, dot_scores, masked_softmax
+from attention.score_base import ScoreAttention, dot_scores, masked_softmax
 
 
 @register("hard")

@@ -5,9 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from attention.dot_product import SoftmaxAttention
 from attention.registry import register
-from attention.scored import lecun_normal_per_head
-from attention.softmax import ScoreAttention, SoftmaxAttention, dot_scores, masked_softmax
+from attention.score_base import ScoreAttention, dot_scores, lecun_normal_per_head, masked_softmax
 
 
 def _check_window(window: int, smallest: int) -> None:

@@ -7,7 +7,7 @@ import jax
 from flax import nnx
 
 import attention
-from attention.kernelized import KernelizedAttention
+from attention.kernelized_base import KernelizedAttention
 from kind_harness import KindContract, dense_reference
 
 DEMO = "demo_softplus"

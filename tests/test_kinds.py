@@ -7,8 +7,8 @@ import pytest
 
 import attention
 from attention import registry
-from attention.kernelized import KernelizedAttention
-from attention.softmax import ScoreAttention
+from attention.kernelized_base import KernelizedAttention
+from attention.score_base import ScoreAttention
 from kind_harness import package_kinds, package_kinds_of, reference_for
 
 pytestmark = pytest.mark.accelerator  # make test-accelerator runs these on the GPU or TPU

@@ -4,7 +4,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attention import feature_maps
-from attention.kernelized import KernelizedAttention
+from attention.kernelized_base import KernelizedAttention
 from attention.registry import register
 
 

@@ -6,12 +6,7 @@ import numpy as np
 from flax import nnx
 
 from attention.registry import register
-from attention.softmax import ScoreAttention, dot_scores
-
-
-def lecun_normal_per_head(rngs: nnx.Rngs, shape):
-    """A [H, fan_in, ...] parameter drawn N(0, 1/fan_in): each head's map keeps its input's scale."""
-    return nnx.Param(jax.random.normal(rngs.params(), shape) * shape[1] ** -0.5)
+from attention.score_base import ScoreAttention, dot_scores, lecun_normal_per_head
 
 
 @register("multiplicative")
