@@ -28,9 +28,9 @@ class DotAttention(ScoreAttention):
 
     scaled = False
 
-    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, dropout_rate: float = 0.0,
-                 implementation: str = "auto"):
-        super().__init__(dropout_rate=dropout_rate, rngs=rngs)
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, implementation: str = "auto",
+                 **base_options):
+        super().__init__(rngs=rngs, **base_options)
         fused.check(implementation)
         self.scale = head_dim**-0.5 if self.scaled else 1.0
         self.implementation = implementation

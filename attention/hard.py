@@ -18,11 +18,10 @@ class HardAttention(ScoreAttention):
     all of them, and a disallowed key is never chosen.
     """
 
-    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, dropout_rate: float = 0.0,
-                 top_k: int = 1):
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, top_k: int = 1, **base_options):
         if top_k < 1:
             raise ValueError(f"hard attention needs top_k >= 1, got {top_k}")
-        super().__init__(dropout_rate=dropout_rate, rngs=rngs)
+        super().__init__(rngs=rngs, **base_options)
         self.scale = head_dim**-0.5
         self.top_k = top_k
 

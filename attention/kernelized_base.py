@@ -21,11 +21,15 @@ class KernelizedAttention(nnx.Module):
     down by exp(stabiliser) for numerical range has eps scaled down alike, so the stabiliser cancels.
 
     Decoding keeps S = sum_k phi(k) [v, 1]^T [B, H, m, Dv + 1] in place of the keys: a causal step adds
-    its key's term, O(1) in the position; cross-attention sums the source keys once."""
+    its key's term, O(1) in the position; cross-attention sums the source keys once.
+
+    Its constructor declares the options every kernelised kind takes (`eps`, `chunk_size`: the causal
+    chunk length, 0 for attention/chunking.py's): a kind's constructor passes them on as **base_options
+    (attention/registry.py reads them from here)."""
 
     feature_dim: int
 
-    def __init__(self, *, eps: float, chunk_size: int):
+    def __init__(self, *, eps: float = 1e-6, chunk_size: int = 64):
         self.eps = eps
         self.chunk_size = chunk_size
 

@@ -38,10 +38,9 @@ class LocalAttention(SoftmaxAttention):
     """Local-m: scaled dot-product attention restricted to keys within `window` of the aligned position
     (see `aligned_positions`), together with the padding and causal masks."""
 
-    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, dropout_rate: float = 0.0,
-                 window: int = 3):
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, window: int = 3, **base_options):
         _check_window(window, 0)
-        super().__init__(num_heads=num_heads, head_dim=head_dim, rngs=rngs, dropout_rate=dropout_rate)
+        super().__init__(num_heads=num_heads, head_dim=head_dim, rngs=rngs, **base_options)
         self.window = window
 
     def keys_seen(self, seq_len: int, causal: bool) -> int:
@@ -70,10 +69,9 @@ class LocalPredictiveAttention(ScoreAttention):
     returns exactly what `__call__` uses.
     """
 
-    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, dropout_rate: float = 0.0,
-                 window: int = 3):
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, window: int = 3, **base_options):
         _check_window(window, 1)  # sigma = window / 2 must be positive
-        super().__init__(dropout_rate=dropout_rate, rngs=rngs)
+        super().__init__(rngs=rngs, **base_options)
         self.scale = head_dim**-0.5
         self.window = window
         self.position_projection = lecun_normal_per_head(rngs, (num_heads, head_dim, head_dim))

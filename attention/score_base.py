@@ -39,11 +39,14 @@ class ScoreAttention(nnx.Module):
 
     A subclass defines `scores`; it may narrow the allowed keys (`allowed`, e.g. to a window) or
     change the weights themselves (`weights`); `__call__` applies dropout to whatever `weights` gives.
+
+    Its constructor declares the options every score kind takes (`dropout_rate`): a kind's constructor
+    passes them on as **base_options (attention/registry.py reads them from here).
     """
 
     feature_dim = None  # a softmax over scores has no finite feature map: the matrix is not rank-bounded
 
-    def __init__(self, *, dropout_rate: float, rngs: nnx.Rngs):
+    def __init__(self, *, rngs: nnx.Rngs, dropout_rate: float = 0.0):
         self.dropout = nnx.Dropout(dropout_rate, rngs=rngs)
 
     def scores(self, q, k):

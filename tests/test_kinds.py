@@ -1,6 +1,8 @@
 """Every kind of the attention package is held to the contract of tests/kind_harness.py (run by
 tests/test_contract_*.py): a registered kind without a dense reference, or outside both contract files,
-fails here; and README's table of options is the registry's."""
+fails here; README's table of options is the registry's, and the options every kind of a base takes are
+declared by that base alone."""
+import inspect
 import pathlib
 
 import pytest
@@ -22,6 +24,20 @@ def test_the_contract_files_run_every_kind_of_the_package():
     contracted = package_kinds_of(ScoreAttention) + package_kinds_of(KernelizedAttention)
     covered = {registry.get(name) for name in contracted}
     assert [name for name in PACKAGE_KINDS if registry.get(name) not in covered] == []
+
+
+@pytest.mark.parametrize("base", [ScoreAttention, KernelizedAttention], ids=lambda base: base.__name__)
+def test_base_options_are_declared_once_by_the_base(base):
+    """The base's constructor names them; each kind on it takes them first, through **base_options, and
+    names none of them again."""
+    base_options = tuple(option for option in inspect.signature(base.__init__).parameters if option not in
+                         ("self", "rngs"))
+    kinds = package_kinds_of(base)
+    assert base_options
+    assert [kind for kind in kinds if attention.options(kind)[:len(base_options)] != base_options] == []
+    restated = {kind: sorted(set(inspect.signature(registry.get(kind).__init__).parameters) & set(base_options))
+                for kind in kinds}
+    assert {kind: options for kind, options in restated.items() if options} == {}
 
 
 @pytest.mark.parametrize("kind", attention.names())
