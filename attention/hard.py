@@ -3,6 +3,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from attention import option_checks
 from attention.registry import register
 from attention.score_base import ScoreAttention, dot_scores, masked_softmax
 
@@ -19,8 +20,7 @@ class HardAttention(ScoreAttention):
     """
 
     def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, top_k: int = 1, **base_options):
-        if top_k < 1:
-            raise ValueError(f"hard attention needs top_k >= 1, got {top_k}")
+        option_checks.at_least("top_k", top_k, 1)
         super().__init__(rngs=rngs, **base_options)
         self.scale = head_dim**-0.5
         self.top_k = top_k

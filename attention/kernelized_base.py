@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention import kernel_sums, masks
+from attention import kernel_sums, masks, option_checks
 
 
 # The stabiliser of a padded key: below any other, so it sets no scale, and finite, so that exp(it - itself)
@@ -30,6 +30,8 @@ class KernelizedAttention(nnx.Module):
     feature_dim: int
 
     def __init__(self, *, eps: float = 1e-6, chunk_size: int = 64):
+        option_checks.positive("eps", eps, "it keeps the normaliser away from 0")
+        option_checks.at_least("chunk_size", chunk_size, 0, "0: the size attention/chunking.py picks")
         self.eps = eps
         self.chunk_size = chunk_size
 

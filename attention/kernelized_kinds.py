@@ -3,7 +3,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention import feature_maps
+from attention import feature_maps, option_checks
 from attention.kernelized_base import KernelizedAttention
 from attention.registry import register
 
@@ -62,8 +62,8 @@ class PerformerAttention(KernelizedAttention):
     def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, num_features: int = 64,
                  orthogonal: bool = True, redraw_every_steps: int = 0, **base_options):
         super().__init__(**base_options)
-        if redraw_every_steps < 0:
-            raise ValueError(f"redraw_every_steps must be >= 0 (0: never redraw), got {redraw_every_steps}")
+        option_checks.at_least("num_features", num_features, 1)
+        option_checks.at_least("redraw_every_steps", redraw_every_steps, 0, "0: never redraw")
         self.feature_dim = num_features
         self.num_heads = num_heads
         self.head_dim = head_dim
@@ -107,8 +107,8 @@ class _ExactPolynomialAttention(KernelizedAttention):
 
     def _set_degree(self, option: str, degree: int, head_dim: int, why: str):
         if degree < 2 or degree % 2:
-            raise ValueError(f"{option} must be a positive even integer, got {degree}: {why}, which can "
-                             f"make the attention normaliser cross 0")
+            raise ValueError(f"{option}={degree!r} must be a positive even integer; {why}, which can make "
+                             f"the attention normaliser cross 0")
         self.degree, self.head_dim = degree, head_dim
         self.feature_dim = self.feature_count(head_dim, degree)
 

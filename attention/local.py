@@ -5,14 +5,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from attention import option_checks
 from attention.dot_product import SoftmaxAttention
 from attention.registry import register
 from attention.score_base import ScoreAttention, dot_scores, lecun_normal_per_head, masked_softmax
-
-
-def _check_window(window: int, smallest: int) -> None:
-    if window < smallest:
-        raise ValueError(f"local attention needs window >= {smallest}, got {window}")
 
 
 def aligned_positions(query_length: int, key_length: int, positions=None):
@@ -39,7 +35,7 @@ class LocalAttention(SoftmaxAttention):
     (see `aligned_positions`), together with the padding and causal masks."""
 
     def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, window: int = 3, **base_options):
-        _check_window(window, 0)
+        option_checks.at_least("window", window, 0)
         super().__init__(num_heads=num_heads, head_dim=head_dim, rngs=rngs, **base_options)
         self.window = window
 
@@ -70,7 +66,7 @@ class LocalPredictiveAttention(ScoreAttention):
     """
 
     def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, window: int = 3, **base_options):
-        _check_window(window, 1)  # sigma = window / 2 must be positive
+        option_checks.at_least("window", window, 1, "sigma = window / 2 must be positive")
         super().__init__(rngs=rngs, **base_options)
         self.scale = head_dim**-0.5
         self.window = window

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention import masks
+from attention import masks, option_checks
 
 
 def dot_scores(q, k, scale: float = 1.0):
@@ -47,6 +47,7 @@ class ScoreAttention(nnx.Module):
     feature_dim = None  # a softmax over scores has no finite feature map: the matrix is not rank-bounded
 
     def __init__(self, *, rngs: nnx.Rngs, dropout_rate: float = 0.0):
+        option_checks.fraction("dropout_rate", dropout_rate)
         self.dropout = nnx.Dropout(dropout_rate, rngs=rngs)
 
     def scores(self, q, k):

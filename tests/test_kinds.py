@@ -4,8 +4,10 @@ fails here; README's table of options is the registry's, and the options every k
 declared by that base alone."""
 import inspect
 import pathlib
+import re
 
 import pytest
+from flax import nnx
 
 import attention
 from attention import registry
@@ -43,6 +45,22 @@ def test_base_options_are_declared_once_by_the_base(base):
 @pytest.mark.parametrize("kind", attention.names())
 def test_every_registered_kind_has_a_dense_reference(kind):
     reference_for(kind)  # raises, naming the kind and where to declare its reference
+
+
+# Base options first, then options of one kind; chunk_size 1.5: an integer option takes integers only.
+BAD_VALUES = [("dropout_rate", 1.0), ("dropout_rate", -0.1), ("eps", 0.0), ("eps", -1e-6), ("chunk_size", -1),
+              ("chunk_size", 1.5), ("num_features", 0), ("redraw_every_steps", -1)]
+
+
+@pytest.mark.parametrize("option, value", BAD_VALUES)
+def test_a_bad_option_value_is_refused_by_the_constructor_naming_it(option, value):
+    """By every kind that takes the option, in a message that starts with option=value (training/validate.py
+    reports it under the config field)."""
+    kinds = [kind for kind in PACKAGE_KINDS if option in attention.options(kind)]
+    assert kinds
+    for kind in kinds:
+        with pytest.raises(ValueError, match="^" + re.escape(f"{option}={value!r} must be ")):
+            attention.create(kind, num_heads=2, head_dim=4, rngs=nnx.Rngs(0), **{option: value})
 
 
 def _readme_options() -> dict[str, tuple[str, str]]:
