@@ -21,7 +21,8 @@ step is O(max_len)); kernelised ones hold S = sum phi(k) [v, 1]^T [B, H, m, Dv +
 the position). Every array of a cache or memory leads with the batch axis, so beams can be reordered
 by gathering along it.
 """
-from attention import forced_forward, hard, linear, local, scored, softmax  # noqa: F401  (registration side effect)
+from attention import (  # noqa: F401  (registration side effect)
+    dot_product, forced_forward, hard, kernelized_kinds, learned_scores, local)
 from attention.multi_head import MultiHeadAttention
 from attention.registry import all_options, create, names, option_defaults, options, register, select_options
 

@@ -1,6 +1,6 @@
 """The causal chunk length of the kernelised kinds, by platform and sequence length, from measurements.
 
-Causal linear attention (attention/kernelized.py, `causal_linear_attention`) is quadratic inside chunks
+Causal linear attention (attention/kernel_sums.py, `causal_linear_attention`) is quadratic inside chunks
 of C positions and linear across them. Smaller chunks do less arithmetic (about L (m + C/2) multiply-adds
 per feature column against softmax's L^2) but run more, smaller matmuls over more per-chunk states; the
 best C is where the two balance, which depends on the hardware. `chunk_size = 0` (the kinds' option,

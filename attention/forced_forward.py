@@ -8,8 +8,8 @@ import jax
 import jax.numpy as jnp
 
 from attention.registry import register
-from attention.scored import MultiplicativeAttention
-from attention.softmax import masked_softmax
+from attention.learned_scores import MultiplicativeAttention
+from attention.score_base import masked_softmax
 
 # Stands for exp(-inf) = 0 where a key is not allowed: finite, so no gradient meets inf - inf.
 _NOTHING = jnp.finfo(jnp.float32).min

@@ -3,8 +3,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from attention import option_checks
 from attention.registry import register
-from attention.softmax import ScoreAttention, dot_scores, masked_softmax
+from attention.score_base import ScoreAttention, dot_scores, masked_softmax
 
 
 @register("hard")
@@ -18,11 +19,9 @@ class HardAttention(ScoreAttention):
     all of them, and a disallowed key is never chosen.
     """
 
-    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, dropout_rate: float = 0.0,
-                 top_k: int = 1):
-        if top_k < 1:
-            raise ValueError(f"hard attention needs top_k >= 1, got {top_k}")
-        super().__init__(dropout_rate=dropout_rate, rngs=rngs)
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, top_k: int = 1, **base_options):
+        option_checks.at_least("top_k", top_k, 1)
+        super().__init__(rngs=rngs, **base_options)
         self.scale = head_dim**-0.5
         self.top_k = top_k
 

@@ -5,14 +5,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from attention import option_checks
+from attention.dot_product import SoftmaxAttention
 from attention.registry import register
-from attention.scored import lecun_normal_per_head
-from attention.softmax import ScoreAttention, SoftmaxAttention, dot_scores, masked_softmax
-
-
-def _check_window(window: int, smallest: int) -> None:
-    if window < smallest:
-        raise ValueError(f"local attention needs window >= {smallest}, got {window}")
+from attention.score_base import ScoreAttention, dot_scores, lecun_normal_per_head, masked_softmax
 
 
 def aligned_positions(query_length: int, key_length: int, positions=None):
@@ -38,10 +34,9 @@ class LocalAttention(SoftmaxAttention):
     """Local-m: scaled dot-product attention restricted to keys within `window` of the aligned position
     (see `aligned_positions`), together with the padding and causal masks."""
 
-    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, dropout_rate: float = 0.0,
-                 window: int = 3):
-        _check_window(window, 0)
-        super().__init__(num_heads=num_heads, head_dim=head_dim, rngs=rngs, dropout_rate=dropout_rate)
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, window: int = 3, **base_options):
+        option_checks.at_least("window", window, 0)
+        super().__init__(num_heads=num_heads, head_dim=head_dim, rngs=rngs, **base_options)
         self.window = window
 
     def keys_seen(self, seq_len: int, causal: bool) -> int:
@@ -70,10 +65,9 @@ class LocalPredictiveAttention(ScoreAttention):
     returns exactly what `__call__` uses.
     """
 
-    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, dropout_rate: float = 0.0,
-                 window: int = 3):
-        _check_window(window, 1)  # sigma = window / 2 must be positive
-        super().__init__(dropout_rate=dropout_rate, rngs=rngs)
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, window: int = 3, **base_options):
+        option_checks.at_least("window", window, 1, "sigma = window / 2 must be positive")
+        super().__init__(rngs=rngs, **base_options)
         self.scale = head_dim**-0.5
         self.window = window
         self.position_projection = lecun_normal_per_head(rngs, (num_heads, head_dim, head_dim))

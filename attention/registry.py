@@ -28,10 +28,33 @@ def get(name: str) -> type:
     return _KINDS[name]
 
 
+def _takes_base_options(cls: type) -> bool:
+    parameters = inspect.signature(cls.__init__).parameters.values()
+    return any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters)
+
+
+def _option_parameters(cls: type) -> list[inspect.Parameter]:
+    """The options of kind class `cls`: its base options where its constructor passes **base_options on, then
+    the keyword arguments it names beyond the common ones.
+
+    Base options are declared once, as the keyword arguments of the constructor of the kind's family base:
+    the first class up its MRO whose constructor takes no **base_options (ScoreAttention: dropout_rate;
+    KernelizedAttention: eps, chunk_size). A class in between adds none of its own: local, on SoftmaxAttention,
+    takes no implementation."""
+    parameters = inspect.signature(cls.__init__).parameters.values()
+    own = [parameter for parameter in parameters if parameter.name not in ("self", *_COMMON_ARGS)
+           and parameter.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)]
+    if not _takes_base_options(cls):
+        return own
+    base = next((base for base in cls.__mro__[1:] if not _takes_base_options(base)), None)
+    if base is None:
+        raise TypeError(f"{cls.__name__} takes **base_options but no class above it declares them")
+    return _option_parameters(base) + own
+
+
 def options(name: str) -> tuple[str, ...]:
-    """Names of the options `name` accepts (its keyword arguments beyond the common ones)."""
-    parameters = inspect.signature(get(name).__init__).parameters
-    return tuple(p for p in parameters if p not in ("self", *_COMMON_ARGS))
+    """Names of the options `name` accepts: its base options, then its own keyword arguments."""
+    return tuple(parameter.name for parameter in _option_parameters(get(name)))
 
 
 def all_options() -> set[str]:
@@ -46,8 +69,9 @@ def option_defaults() -> dict:
     wrapper sets those widths itself, so no config carries it."""
     defaults, first_kind = {}, {}
     for name in names():
-        for option, parameter in inspect.signature(get(name).__init__).parameters.items():
-            if option not in options(name) or parameter.default is None:
+        for parameter in _option_parameters(get(name)):
+            option = parameter.name
+            if parameter.default is None:
                 continue
             if parameter.default is inspect.Parameter.empty:
                 raise TypeError(f"attention kind {name!r}: option {option!r} has no default")

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention.softmax import masked_softmax
+from attention.score_base import masked_softmax
 
 
 class KeyValueMemory(nnx.Module):

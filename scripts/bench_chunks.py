@@ -3,7 +3,7 @@
   python -m scripts.bench_chunks                                  # linear, C 16..256, L 1,024, 4,096, 8,192
   python -m scripts.bench_chunks --kinds=linear,performer --chunk_sizes=0,32,64 --lengths=256,1024
 
-The causal form of a kernelised kind (attention/kernelized.py, `causal_linear_attention`) is quadratic
+The causal form of a kernelised kind (attention/kernel_sums.py, `causal_linear_attention`) is quadratic
 inside chunks of C positions and linear across them, through prefix sums of per-chunk states. Per
 position, softmax does L D + L Dv multiply-adds (the whole L x L matrix: XLA computes its masked half
 too), causal linear attention m Dv (its chunk's state) + m Dv (the earlier chunks' states) + C (m + Dv) / 2

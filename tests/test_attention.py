@@ -129,7 +129,7 @@ def test_chunking_table_gives_a_positive_size_everywhere():
     assert chunking.chunk_size_for("cuda", 8192) == chunking.chunk_size_for("gpu", 8192)
 
 
-def test_config_chunk_size_zero_is_valid_and_negative_is_not():
+def test_config_chunk_size_zero_is_valid_and_negative_is_not_even_where_no_kind_reads_it():
     from configs import recall as recall_config
     from training import validate
 
@@ -137,5 +137,9 @@ def test_config_chunk_size_zero_is_valid_and_negative_is_not():
     config.attention.name, config.attention.chunk_size = "linear", 0
     validate.validate(config)
     config.attention.chunk_size = -1
-    with pytest.raises(validate.ConfigError, match="attention.chunk_size=-1 must be an integer >= 0"):
+    with pytest.raises(validate.ConfigError, match="kind 'linear': chunk_size=-1 must be an integer >= 0"):
+        validate.validate(config)
+    config.attention.name = "softmax"  # which takes no chunk_size
+    with pytest.raises(validate.ConfigError, match=r"config.attention.chunk_size=-1 is read by no kind in use, "
+                                                   r"and kind '\w+' refuses it: chunk_size=-1 must be"):
         validate.validate(config)

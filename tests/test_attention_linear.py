@@ -268,5 +268,5 @@ def test_performer_stays_finite_in_bfloat16():
 @pytest.mark.parametrize("option", ["taylor_order", "exp_limit_n"])
 def test_odd_orders_are_refused_since_the_normaliser_could_cross_zero(option):
     name = "taylor" if option == "taylor_order" else "exp_limit"
-    with pytest.raises(ValueError, match=f"{option} must be a positive even integer, got 3: .*negative"):
+    with pytest.raises(ValueError, match=f"{option}=3 must be a positive even integer; .*negative"):
         _create(name, **{option: 3})

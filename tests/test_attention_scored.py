@@ -129,7 +129,7 @@ def test_kinds_resolve_by_name_and_take_their_options():
     assert attention.options("hard") == ("dropout_rate", "top_k")
     default_hard = attention.create("hard", num_heads=H, head_dim=D, rngs=nnx.Rngs(0))
     assert _create("local").window == 3 and default_hard.top_k == 1
-    with pytest.raises(ValueError, match="window >= 1"):
+    with pytest.raises(ValueError, match="window=0 must be an integer >= 1"):
         _create("local_predictive", window=0)
 
 

@@ -56,6 +56,10 @@ def _files(workdir: str) -> dict[str, bytes]:
      "error: --config.attention.nonsense: no such field of configs/translation.py; did you mean "),
     (["--config.learning_rate=-1"], "error: config.learning_rate=-1.0 must be a number in (0, inf)"),
     (["--config.model.dropout_rate=1.5"], "error: config.model.dropout_rate=1.5 must be a number in [0, 1)"),
+    (["--config.attention.num_features=0", "--config.attention.name=performer"],
+     "error: config.attention options for kind 'performer': num_features=0 must be an integer >= 1"),
+    (["--config.attention.eps=0", "--config.attention.name=linear"],
+     "error: config.attention options for kind 'linear': eps=0.0 must be a number > 0"),
     (["--config=configs/translation.py:nope"], "error: unknown config preset 'nope'; known presets: "),
     (["--config.dataset.train_file=/tmp/x.tsv"],
      "error: config.dataset.train_file='/tmp/x.tsv' is read only when dataset.name='files' (it is 'scan'); "

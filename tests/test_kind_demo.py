@@ -7,7 +7,7 @@ import jax
 from flax import nnx
 
 import attention
-from attention.kernelized import KernelizedAttention
+from attention.kernelized_base import KernelizedAttention
 from kind_harness import KindContract, dense_reference
 
 DEMO = "demo_softplus"
@@ -15,8 +15,8 @@ DEMO = "demo_softplus"
 
 @attention.register(DEMO)
 class SoftplusAttention(KernelizedAttention):
-    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, eps: float = 1e-6, chunk_size: int = 64):
-        super().__init__(eps=eps, chunk_size=chunk_size)
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, **base_options):
+        super().__init__(**base_options)
         self.feature_dim = head_dim
 
     def features(self, x):

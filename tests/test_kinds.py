@@ -1,14 +1,18 @@
 """Every kind of the attention package is held to the contract of tests/kind_harness.py (run by
 tests/test_contract_*.py): a registered kind without a dense reference, or outside both contract files,
-fails here; and README's table of options is the registry's."""
+fails here; README's table of options is the registry's, and the options every kind of a base takes are
+declared by that base alone."""
+import inspect
 import pathlib
+import re
 
 import pytest
+from flax import nnx
 
 import attention
 from attention import registry
-from attention.kernelized import KernelizedAttention
-from attention.softmax import ScoreAttention
+from attention.kernelized_base import KernelizedAttention
+from attention.score_base import ScoreAttention
 from kind_harness import package_kinds, package_kinds_of, reference_for
 
 pytestmark = pytest.mark.accelerator  # make test-accelerator runs these on the GPU or TPU
@@ -24,9 +28,39 @@ def test_the_contract_files_run_every_kind_of_the_package():
     assert [name for name in PACKAGE_KINDS if registry.get(name) not in covered] == []
 
 
+@pytest.mark.parametrize("base", [ScoreAttention, KernelizedAttention], ids=lambda base: base.__name__)
+def test_base_options_are_declared_once_by_the_base(base):
+    """The base's constructor names them; each kind on it takes them first, through **base_options, and
+    names none of them again."""
+    base_options = tuple(option for option in inspect.signature(base.__init__).parameters if option not in
+                         ("self", "rngs"))
+    kinds = package_kinds_of(base)
+    assert base_options
+    assert [kind for kind in kinds if attention.options(kind)[:len(base_options)] != base_options] == []
+    restated = {kind: sorted(set(inspect.signature(registry.get(kind).__init__).parameters) & set(base_options))
+                for kind in kinds}
+    assert {kind: options for kind, options in restated.items() if options} == {}
+
+
 @pytest.mark.parametrize("kind", attention.names())
 def test_every_registered_kind_has_a_dense_reference(kind):
     reference_for(kind)  # raises, naming the kind and where to declare its reference
+
+
+# Base options first, then options of one kind; chunk_size 1.5: an integer option takes integers only.
+BAD_VALUES = [("dropout_rate", 1.0), ("dropout_rate", -0.1), ("eps", 0.0), ("eps", -1e-6), ("chunk_size", -1),
+              ("chunk_size", 1.5), ("num_features", 0), ("redraw_every_steps", -1)]
+
+
+@pytest.mark.parametrize("option, value", BAD_VALUES)
+def test_a_bad_option_value_is_refused_by_the_constructor_naming_it(option, value):
+    """By every kind that takes the option, in a message that starts with option=value (training/validate.py
+    reports it under the config field)."""
+    kinds = [kind for kind in PACKAGE_KINDS if option in attention.options(kind)]
+    assert kinds
+    for kind in kinds:
+        with pytest.raises(ValueError, match="^" + re.escape(f"{option}={value!r} must be ")):
+            attention.create(kind, num_heads=2, head_dim=4, rngs=nnx.Rngs(0), **{option: value})
 
 
 def _readme_options() -> dict[str, tuple[str, str]]:

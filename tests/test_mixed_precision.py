@@ -14,8 +14,8 @@ from flax import nnx
 
 import attention
 from attention import registry
-from attention.kernelized import KernelizedAttention
-from attention.softmax import ScoreAttention
+from attention.kernelized_base import KernelizedAttention
+from attention.score_base import ScoreAttention
 from training.steps import _in_compute_dtype
 
 pytestmark = pytest.mark.accelerator  # make test-accelerator runs these on the GPU or TPU

@@ -15,10 +15,9 @@ WANDB_MODES = ("online", "offline", "disabled")
 NONFINITE = ("stop", "skip")  # what training does after a step with a non-finite loss or gradient
 POSITIVE_INTS = ("num_train_steps", "log_every_steps", "eval_every_steps", "checkpoint_every_steps",
                  "per_device_batch_size", "model.num_layers", "model.d_model", "model.num_heads",
-                 "eval.batch_size", "eval.rank_examples", "attention.num_features")
-# 0: none, or the default; attention.chunk_size 0: the size attention/chunking.py picks (auto)
-NON_NEGATIVE_INTS = ("seed", "warmup_steps", "model.mlp_dim", "model.qk_head_dim", "model.conv_kernel",
-                     "attention.chunk_size", "attention.redraw_every_steps")
+                 "eval.batch_size", "eval.rank_examples")
+# 0: none, or the default
+NON_NEGATIVE_INTS = ("seed", "warmup_steps", "model.mlp_dim", "model.qk_head_dim", "model.conv_kernel")
 # field: the interval its value must lie in ("[" where the low end is allowed), and why where it helps.
 NUMBER_RANGES = {
     "learning_rate": ("(0, inf)", ""),
@@ -26,8 +25,6 @@ NUMBER_RANGES = {
     "grad_clip_norm": ("[0, inf)", "0: no clipping"),
     "label_smoothing": ("[0, 1)", "the share of each target's probability spread over the vocabulary"),
     "model.dropout_rate": ("[0, 1)", ""),
-    "attention.dropout_rate": ("[0, 1)", ""),
-    "attention.eps": ("(0, inf)", "it keeps a kernelised normaliser away from 0"),
 }
 
 
@@ -54,16 +51,39 @@ def _check_attention_fields(config, task) -> None:
         choice(f"attention.{key} (an attention option)", key, sorted(known_options))
 
 
-def _check_kind_options(config, task) -> None:
-    """Builds each kind in use once, so that its own checks of its options (an odd Taylor order, a
-    window below 1, ...) fail here, before any data is built or anything is compiled."""
+def _build_kind(config, kind: str, options: dict) -> None:
+    """The kind with these options, built as a model of this config would build it: its constructor
+    checks their values (num_features >= 1, eps > 0, an even Taylor order, ...)."""
     head_dim = config.model.qk_head_dim or config.model.d_model // config.model.num_heads
-    for kind, options in model_config.kind_options(config, task.roles(config)).items():
+    attention.create(kind, num_heads=config.model.num_heads, head_dim=head_dim, rngs=nnx.Rngs(0), **options)
+
+
+def _check_unread_option(config, option: str, value) -> None:
+    """An option that no kind in use reads must still be a value some kind that takes it accepts."""
+    first_refusal = ""
+    for kind in (kind for kind in attention.names() if option in attention.options(kind)):
         try:
-            attention.create(kind, num_heads=config.model.num_heads, head_dim=head_dim,
-                             rngs=nnx.Rngs(0), **options)
+            _build_kind(config, kind, {option: value})
+            return
+        except ValueError as error:
+            first_refusal = first_refusal or f"kind {kind!r} refuses it: {error}"
+    raise ConfigError(f"config.attention.{option}={value!r} is read by no kind in use, and {first_refusal}")
+
+
+def _check_kind_options(config, task) -> None:
+    """Builds each kind in use once with its options, and for an option set away from its default that
+    none of them reads, a kind that takes it: the kinds' constructors check the values, here, before any
+    data is built or anything is compiled."""
+    in_use = model_config.kind_options(config, task.roles(config))
+    for kind, options in in_use.items():
+        try:
+            _build_kind(config, kind, options)
         except ValueError as error:
             raise ConfigError(f"config.attention options for kind {kind!r}: {error}") from None
+    read = {option for options in in_use.values() for option in options}
+    for option, default in attention.option_defaults().items():
+        if option not in read and config.attention.get(option, default) != default:
+            _check_unread_option(config, option, config.attention[option])
 
 
 def check_devices(config) -> None:

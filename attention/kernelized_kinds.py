@@ -3,8 +3,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention import feature_maps
-from attention.kernelized import KernelizedAttention
+from attention import feature_maps, option_checks
+from attention.kernelized_base import KernelizedAttention
 from attention.registry import register
 
 
@@ -18,9 +18,8 @@ def _scaled_in_float32(x, head_dim: int):
 class LinearAttention(KernelizedAttention):
     """phi = elu + 1 (Katharopoulos et al. 2020)."""
 
-    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, eps: float = 1e-6,
-                 chunk_size: int = 64):
-        super().__init__(eps=eps, chunk_size=chunk_size)
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, **base_options):
+        super().__init__(**base_options)
         self.feature_dim = head_dim
 
     def features(self, x):
@@ -31,9 +30,8 @@ class LinearAttention(KernelizedAttention):
 class ReluAttention(KernelizedAttention):
     """phi = relu + relu_eps."""
 
-    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, eps: float = 1e-6,
-                 chunk_size: int = 64, relu_eps: float = 1e-3):
-        super().__init__(eps=eps, chunk_size=chunk_size)
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, relu_eps: float = 1e-3, **base_options):
+        super().__init__(**base_options)
         self.feature_dim = head_dim
         self.relu_eps = relu_eps
 
@@ -61,12 +59,11 @@ class PerformerAttention(KernelizedAttention):
     at steps 0, N, 2N, ... (`on_train_step`), and evaluation uses whichever draw is current.
     """
 
-    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, eps: float = 1e-6,
-                 chunk_size: int = 64, num_features: int = 64, orthogonal: bool = True,
-                 redraw_every_steps: int = 0):
-        super().__init__(eps=eps, chunk_size=chunk_size)
-        if redraw_every_steps < 0:
-            raise ValueError(f"redraw_every_steps must be >= 0 (0: never redraw), got {redraw_every_steps}")
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, num_features: int = 64,
+                 orthogonal: bool = True, redraw_every_steps: int = 0, **base_options):
+        super().__init__(**base_options)
+        option_checks.at_least("num_features", num_features, 1)
+        option_checks.at_least("redraw_every_steps", redraw_every_steps, 0, "0: never redraw")
         self.feature_dim = num_features
         self.num_heads = num_heads
         self.head_dim = head_dim
@@ -110,8 +107,8 @@ class _ExactPolynomialAttention(KernelizedAttention):
 
     def _set_degree(self, option: str, degree: int, head_dim: int, why: str):
         if degree < 2 or degree % 2:
-            raise ValueError(f"{option} must be a positive even integer, got {degree}: {why}, which can "
-                             f"make the attention normaliser cross 0")
+            raise ValueError(f"{option}={degree!r} must be a positive even integer; {why}, which can make "
+                             f"the attention normaliser cross 0")
         self.degree, self.head_dim = degree, head_dim
         self.feature_dim = self.feature_count(head_dim, degree)
 
@@ -127,9 +124,8 @@ class TaylorAttention(_ExactPolynomialAttention):
     feature_map = staticmethod(feature_maps.taylor_features)
     feature_count = staticmethod(feature_maps.taylor_feature_dim)
 
-    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, eps: float = 1e-6,
-                 chunk_size: int = 64, taylor_order: int = 2):
-        super().__init__(eps=eps, chunk_size=chunk_size)
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, taylor_order: int = 2, **base_options):
+        super().__init__(**base_options)
         self._set_degree("taylor_order", taylor_order, head_dim,
                          "a Taylor series of exp cut at an odd order is negative somewhere (1 + x < 0 for x < -1)")
 
@@ -153,9 +149,8 @@ class ExpLimitAttention(_ExactPolynomialAttention):
     feature_map = staticmethod(feature_maps.exp_limit_features)
     feature_count = staticmethod(feature_maps.exp_limit_feature_dim)
 
-    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, eps: float = 1e-6,
-                 chunk_size: int = 64, exp_limit_n: int = 2):
-        super().__init__(eps=eps, chunk_size=chunk_size)
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, exp_limit_n: int = 2, **base_options):
+        super().__init__(**base_options)
         self._set_degree("exp_limit_n", exp_limit_n, head_dim, "(1 + x/n)^n is negative for x < -n when n is odd")
 
 
@@ -164,9 +159,8 @@ class CosformerAttention(KernelizedAttention):
     """cosFormer (Qin et al. 2022): relu(q).relu(k) cos(pi (i - j) / (2M)), M = max(Lq, Lk), which
     favours nearby positions and stays linear through cos(a - b) = cos a cos b + sin a sin b."""
 
-    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, eps: float = 1e-6,
-                 chunk_size: int = 64):
-        super().__init__(eps=eps, chunk_size=chunk_size)
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, **base_options):
+        super().__init__(**base_options)
         self.feature_dim = 2 * head_dim
 
     # Features need M, the longer side's length, and each row's position: more than its vectors.
@@ -179,9 +173,8 @@ class HedgehogAttention(KernelizedAttention):
     """Hedgehog (Zhang et al. 2024): phi = softmax([xW, -xW]) with a learned W per head, initialised to
     the identity, so that training can make linear attention as spiky as softmax."""
 
-    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, eps: float = 1e-6,
-                 chunk_size: int = 64):
-        super().__init__(eps=eps, chunk_size=chunk_size)
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, **base_options):
+        super().__init__(**base_options)
         self.feature_dim = 2 * head_dim
         self.weight = nnx.Param(jnp.tile(jnp.eye(head_dim), (num_heads, 1, 1)))
 

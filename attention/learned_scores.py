@@ -6,12 +6,7 @@ import numpy as np
 from flax import nnx
 
 from attention.registry import register
-from attention.softmax import ScoreAttention, dot_scores
-
-
-def lecun_normal_per_head(rngs: nnx.Rngs, shape):
-    """A [H, fan_in, ...] parameter drawn N(0, 1/fan_in): each head's map keeps its input's scale."""
-    return nnx.Param(jax.random.normal(rngs.params(), shape) * shape[1] ** -0.5)
+from attention.score_base import ScoreAttention, dot_scores, lecun_normal_per_head
 
 
 @register("multiplicative")
@@ -22,8 +17,8 @@ class MultiplicativeAttention(ScoreAttention):
     away from it; a random start would instead begin with scores unrelated to q.k.
     """
 
-    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, dropout_rate: float = 0.0):
-        super().__init__(dropout_rate=dropout_rate, rngs=rngs)
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, **base_options):
+        super().__init__(rngs=rngs, **base_options)
         identity = jnp.eye(head_dim) * head_dim**-0.5
         self.bilinear = nnx.Param(jnp.tile(identity, (num_heads, 1, 1)))
 
@@ -41,9 +36,9 @@ class AdditiveAttention(ScoreAttention):
     every (query, key) pair has its own hidden vector: memory O(B H Lq Lk hidden) is inherent here.
     """
 
-    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, dropout_rate: float = 0.0,
-                 hidden_dim: int = 0, query_dim: int | None = None, key_dim: int | None = None):
-        super().__init__(dropout_rate=dropout_rate, rngs=rngs)
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, hidden_dim: int = 0,
+                 query_dim: int | None = None, key_dim: int | None = None, **base_options):
+        super().__init__(rngs=rngs, **base_options)
         hidden_dim = hidden_dim or head_dim
         self.query_projection = lecun_normal_per_head(rngs, (num_heads, query_dim or head_dim, hidden_dim))
         self.key_projection = lecun_normal_per_head(rngs, (num_heads, key_dim or head_dim, hidden_dim))
@@ -65,8 +60,8 @@ class GaussianAttention(ScoreAttention):
     to the |k|^2 term (the |q|^2 term is constant along a row, so the softmax ignores it).
     """
 
-    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, dropout_rate: float = 0.0):
-        super().__init__(dropout_rate=dropout_rate, rngs=rngs)
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, **base_options):
+        super().__init__(rngs=rngs, **base_options)
         # softplus^-1(1 / sqrt(Dk)), so that the precision softplus(raw_precision) starts at 1 / sqrt(Dk).
         raw_initial = np.log(np.expm1(head_dim**-0.5))
         self.raw_precision = nnx.Param(jnp.full((num_heads,), raw_initial, jnp.float32))

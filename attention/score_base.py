@@ -1,4 +1,4 @@
-"""Attention as a masked softmax over a score matrix, and its dot-product kinds.
+"""Attention as a masked softmax over a score matrix: the base of the score kinds and what they share.
 
 `ScoreAttention` is the base of every kind whose weights are softmax(scores) over the allowed keys: a
 kind defines `scores(q, k)` and inherits the masking, the dropout, the weighted sum of values and the
@@ -8,8 +8,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention import fused, masks
-from attention.registry import register
+from attention import masks, option_checks
 
 
 def dot_scores(q, k, scale: float = 1.0):
@@ -30,16 +29,25 @@ def masked_softmax(scores, allowed):
     return jnp.where(allowed, weights, 0.0)
 
 
+def lecun_normal_per_head(rngs: nnx.Rngs, shape):
+    """A [H, fan_in, ...] parameter drawn N(0, 1/fan_in): each head's map keeps its input's scale."""
+    return nnx.Param(jax.random.normal(rngs.params(), shape) * shape[1] ** -0.5)
+
+
 class ScoreAttention(nnx.Module):
     """Base of the kinds whose weights are a softmax of `scores(q, k)` over the allowed keys.
 
     A subclass defines `scores`; it may narrow the allowed keys (`allowed`, e.g. to a window) or
     change the weights themselves (`weights`); `__call__` applies dropout to whatever `weights` gives.
+
+    Its constructor declares the options every score kind takes (`dropout_rate`): a kind's constructor
+    passes them on as **base_options (attention/registry.py reads them from here).
     """
 
     feature_dim = None  # a softmax over scores has no finite feature map: the matrix is not rank-bounded
 
-    def __init__(self, *, dropout_rate: float, rngs: nnx.Rngs):
+    def __init__(self, *, rngs: nnx.Rngs, dropout_rate: float = 0.0):
+        option_checks.fraction("dropout_rate", dropout_rate)
         self.dropout = nnx.Dropout(dropout_rate, rngs=rngs)
 
     def scores(self, q, k):
@@ -109,60 +117,3 @@ class ScoreAttention(nnx.Module):
         weights depend on the earlier rows (forced_forward) carries them in it."""
         weights = self.weights(q, memory["key"], key_mask[:, None, None, :], rows=(jnp.atleast_1d(index), max_len))
         return self._weighted_values(weights, memory["value"]), memory
-
-
-def _zero_rows_without_keys(out, allowed):
-    """out [B, Lq, H, Dv] with zeros for the queries that may attend to no key."""
-    batch, query_length, heads, _ = out.shape
-    has_key = jnp.broadcast_to(allowed, (batch, heads, query_length, allowed.shape[-1])).any(-1)
-    return jnp.where(has_key.transpose(0, 2, 1)[..., None], out, 0.0)
-
-
-@register("dot")
-class DotAttention(ScoreAttention):
-    """Luong et al. (2015) 'dot' score q.k, unscaled: its spread grows with head_dim, so the softmax
-    saturates sooner in wide heads than the scaled kind's.
-
-    Without dropout, one call of `jax.nn.dot_product_attention` computes it: `implementation` (see
-    attention/fused.py) "xla" is XLA's softmax, "cudnn" cuDNN's flash kernel, "auto" the latter where
-    the hardware, the dtype and the mask allow it."""
-
-    scaled = False
-
-    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, dropout_rate: float = 0.0,
-                 implementation: str = "auto"):
-        super().__init__(dropout_rate=dropout_rate, rngs=rngs)
-        fused.check(implementation)
-        self.scale = head_dim**-0.5 if self.scaled else 1.0
-        self.implementation = implementation
-
-    def scores(self, q, k):
-        return dot_scores(q, k, self.scale)
-
-    def __call__(self, q, k, v, mask=None, *, causal=False):
-        dropout_active = self.dropout.rate > 0 and not self.dropout.deterministic
-        if dropout_active or q.shape[-1] != v.shape[-1]:
-            return super().__call__(q, k, v, mask, causal=causal)
-        # A kind that narrows the causal keys further (local's window) must keep its own mask: neither
-        # is_causal nor key lengths would express the narrowing.
-        narrowed = self.keys_seen(k.shape[1], causal) < k.shape[1]
-        if fused.select(self.implementation, q, v, mask, narrowed) == "cudnn":
-            return fused.attention_over_lengths(q, k, v, fused.key_lengths(mask, q.shape[0]), scale=self.scale,
-                                                causal=causal, implementation="cudnn")
-        if mask is None and causal and not narrowed and q.shape[1] == k.shape[1]:
-            # Every causal row has a key (its own position): no mask to build or read.
-            return jax.nn.dot_product_attention(q, k, v, scale=self.scale, is_causal=True)
-        allowed = self.allowed(q, k, mask, causal)
-        out = jax.nn.dot_product_attention(q, k, v, mask=allowed, scale=self.scale)
-        # dot_product_attention spreads a row with no allowed key uniformly over all keys; here such a
-        # row attends to nothing, as in `weights`.
-        return out if allowed is None else _zero_rows_without_keys(out, allowed)
-
-
-@register("scaled_dot")
-@register("softmax")
-class SoftmaxAttention(DotAttention):
-    """Scaled dot-product attention (Vaswani et al. 2017): q.k / sqrt(head_dim) keeps the scores'
-    spread near 1 at any head width."""
-
-    scaled = True

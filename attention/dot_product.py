@@ -1,0 +1,67 @@
+"""The dot-product kinds: Luong's unscaled `dot` and scaled dot-product attention (`softmax`, also
+`scaled_dot`), a softmax over q.k (see ScoreAttention), run through XLA's or cuDNN's fused attention where
+they can (attention/fused.py)."""
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from attention import fused
+from attention.registry import register
+from attention.score_base import ScoreAttention, dot_scores
+
+
+def _zero_rows_without_keys(out, allowed):
+    """out [B, Lq, H, Dv] with zeros for the queries that may attend to no key."""
+    batch, query_length, heads, _ = out.shape
+    has_key = jnp.broadcast_to(allowed, (batch, heads, query_length, allowed.shape[-1])).any(-1)
+    return jnp.where(has_key.transpose(0, 2, 1)[..., None], out, 0.0)
+
+
+@register("dot")
+class DotAttention(ScoreAttention):
+    """Luong et al. (2015) 'dot' score q.k, unscaled: its spread grows with head_dim, so the softmax
+    saturates sooner in wide heads than the scaled kind's.
+
+    Without dropout, one call of `jax.nn.dot_product_attention` computes it: `implementation` (see
+    attention/fused.py) "xla" is XLA's softmax, "cudnn" cuDNN's flash kernel, "auto" the latter where
+    the hardware, the dtype and the mask allow it."""
+
+    scaled = False
+
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, implementation: str = "auto",
+                 **base_options):
+        super().__init__(rngs=rngs, **base_options)
+        fused.check(implementation)
+        self.scale = head_dim**-0.5 if self.scaled else 1.0
+        self.implementation = implementation
+
+    def scores(self, q, k):
+        return dot_scores(q, k, self.scale)
+
+    def __call__(self, q, k, v, mask=None, *, causal=False):
+        dropout_active = self.dropout.rate > 0 and not self.dropout.deterministic
+        if dropout_active or q.shape[-1] != v.shape[-1]:
+            return super().__call__(q, k, v, mask, causal=causal)
+        # A kind that narrows the causal keys further (local's window) must keep its own mask: neither
+        # is_causal nor key lengths would express the narrowing.
+        narrowed = self.keys_seen(k.shape[1], causal) < k.shape[1]
+        if fused.select(self.implementation, q, v, mask, narrowed) == "cudnn":
+            return fused.attention_over_lengths(q, k, v, fused.key_lengths(mask, q.shape[0]), scale=self.scale,
+                                                causal=causal, implementation="cudnn")
+        if mask is None and causal and not narrowed and q.shape[1] == k.shape[1]:
+            # Every causal row has a key (its own position): no mask to build or read.
+            return jax.nn.dot_product_attention(q, k, v, scale=self.scale, is_causal=True)
+        allowed = self.allowed(q, k, mask, causal)
+        out = jax.nn.dot_product_attention(q, k, v, mask=allowed, scale=self.scale)
+        # dot_product_attention spreads a row with no allowed key uniformly over all keys; here such a
+        # row attends to nothing, as in `weights`.
+        return out if allowed is None else _zero_rows_without_keys(out, allowed)
+
+
+@register("scaled_dot")
+@register("softmax")
+class SoftmaxAttention(DotAttention):
+    """Scaled dot-product attention (Vaswani et al. 2017): q.k / sqrt(head_dim) keeps the scores'
+    spread near 1 at any head width."""
+
+    scaled = True

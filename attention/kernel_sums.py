@@ -1,0 +1,123 @@
+"""Linear attention from features, the sums behind the kernelised kinds: softmax's exp(q.k) replaced by
+phi(q).phi(k).
+
+The n x n matrix phi(Q) phi(K)^T (rank <= feature_dim) is never formed but by `explicit_weights`: the
+bidirectional form sums phi(k) v^T over keys once, O(L m Dv); the causal form works in chunks of C
+positions, quadratic inside a chunk and through prefix sums of per-chunk states across chunks, so it
+stores L/C states of [m, Dv] rather than one per position.
+
+Mixed precision: with bfloat16 (or float16) inputs, every sum of products (the states, their prefix
+sums, the scores, the normaliser) accumulates and stays in float32, and so does the division; only the
+output returns to the inputs' dtype. A state sums a term per key: in bfloat16 (8 significant bits) each
+addition would round to 2^-8 of the running sum, and a term below half of that would vanish.
+"""
+import jax
+import jax.numpy as jnp
+
+from attention import chunking, masks
+
+
+def _with_ones(v):
+    """v with a column of ones appended: one contraction then yields numerator and normaliser."""
+    return jnp.concatenate([v, jnp.ones(v.shape[:-1] + (1,), v.dtype)], axis=-1)
+
+
+def _sum_products(subscripts, *operands):
+    """jnp.einsum accumulated and returned in float32 (at least), whatever the operands' dtype."""
+    return jnp.einsum(subscripts, *operands, preferred_element_type=jnp.float32)
+
+
+def _denominator(normaliser, eps):
+    """normaliser + eps, floored at float32's smallest normal number: a normaliser and a (stabilised) eps
+    that both underflowed, for a query with no key or whose terms all underflowed, give 0 / tiny, not
+    0 / 0; a sum above the floor is left exact."""
+    return jnp.maximum(normaliser + eps, jnp.finfo(jnp.float32).tiny)
+
+
+def _normalise(numerator_and_normaliser, eps):
+    numerator, normaliser = numerator_and_normaliser[..., :-1], numerator_and_normaliser[..., -1:]
+    return numerator / _denominator(normaliser, eps)
+
+
+def key_state(phi_k, v):
+    """sum over keys of phi(k) [v, 1]^T: phi_k [B, Lk, H, m], v [B, Lk, H, Dv] -> float32 [B, H, m, Dv + 1]."""
+    return _sum_products("bkhm,bkhd->bhmd", phi_k, _with_ones(v))
+
+
+def attend_state(phi_q, state, eps):
+    """phi_q [B, Lq, H, m] against a `key_state` -> float32 [B, Lq, H, Dv]; `eps`, the normaliser's
+    floor, is a scalar or per query [B, Lq, H, 1]."""
+    return _normalise(_sum_products("bqhm,bhmd->bqhd", phi_q, state), eps)
+
+
+def bidirectional_linear_attention(phi_q, phi_k, v, eps):
+    """phi_q [B, Lq, H, m], phi_k [B, Lk, H, m], v [B, Lk, H, Dv] -> [B, Lq, H, Dv] in v's dtype."""
+    return attend_state(phi_q, key_state(phi_k, v), eps).astype(v.dtype)
+
+
+def _causal_factors(key_stabiliser, length: int):
+    """Factors [..., H, Lq, Lk] of causal scores over `length` positions whose keys are scaled down by
+    exp(key_stabiliser), a scalar or a running max [..., L, H, 1]: for key j <= query i,
+    exp(key_stabiliser[j] - key_stabiliser[i]) <= 1 brings the term to the query's units; 0 for j > i,
+    whatever the later key's stabiliser."""
+    causal = masks.causal_mask(length)
+    if jnp.ndim(key_stabiliser) == 0:  # one scale for every key
+        return causal
+    stabiliser = jnp.moveaxis(key_stabiliser[..., 0], -1, -2)  # [..., H, L]
+    return jnp.exp(jnp.where(causal, stabiliser[..., None, :] - stabiliser[..., :, None], -jnp.inf))
+
+
+def causal_linear_attention(phi_q, phi_k, v, eps, chunk_size: int, key_stabiliser=0.0):
+    """Causal linear attention over [B, L, H, *] inputs in chunks of `chunk_size` positions -> [B, L, H, Dv]
+    in v's dtype.
+
+    `key_stabiliser` is a scalar where every key shares one scale; else the running max [B, L, H, 1] of the
+    keys' stabilisers, phi_k of key j scaled down by exp(key_stabiliser[j]), and query i's output, and its
+    `eps`, in the units of exp(key_stabiliser[i]), which no later key changes (`_causal_factors`). A chunk's
+    state is kept in the units of its last position, and a state carried across a chunk is rescaled by the
+    growth of the running max over it, as a decoding step rescales its state."""
+    batch, length, heads, _ = phi_q.shape
+    chunk = min(chunk_size or chunking.chunk_size_for(jax.default_backend(), length), length)
+    padding = -length % chunk
+    num_chunks = (length + padding) // chunk
+
+    def chunked(x, mode="constant"):  # [B, L, H, d] -> [B, n, C, H, d]; zero padding at the end adds nothing
+        x = jnp.pad(x, ((0, 0), (0, padding), (0, 0), (0, 0)), mode)
+        return x.reshape(batch, num_chunks, chunk, heads, x.shape[-1])
+
+    phi_q, phi_k, values = chunked(phi_q), chunked(phi_k), chunked(_with_ones(v))
+    if jnp.ndim(key_stabiliser) == 0:
+        chunk_states = _sum_products("bnchm,bnchd->bnhmd", phi_k, values)
+        inclusive = jnp.cumsum(chunk_states, axis=1)
+        to_query = 1.0
+    else:
+        key_stabiliser = chunked(key_stabiliser, "edge")  # the padding's running max: the last position's
+        last = key_stabiliser[:, :, -1:]  # [B, n, 1, H, 1]
+        # The units of the state a chunk receives: the previous chunk's last ones (chunk 0 receives none).
+        received = jnp.concatenate([key_stabiliser[:, :1, :1], last[:, :-1]], axis=1)
+        chunk_states = _sum_products("bnchm,bnchd->bnhmd", phi_k * jnp.exp(key_stabiliser - last), values)
+        growth = jnp.exp(received - last)[:, :, 0, :, :, None]  # [B, n, H, 1, 1], <= 1
+
+        def carried(earlier, later):  # (growth, state) of consecutive runs of chunks -> of the whole run
+            return earlier[0] * later[0], earlier[1] * later[0] + later[1]
+
+        inclusive = jax.lax.associative_scan(carried, (growth, chunk_states), axis=1)[1]
+        to_query = jnp.exp(received - key_stabiliser)
+    # The state seen by chunk i sums the chunks before it (an exclusive prefix sum).
+    earlier_states = jnp.concatenate([jnp.zeros_like(inclusive[:, :1]), inclusive[:, :-1]], axis=1)
+    from_earlier = _sum_products("bnchm,bnhmd->bnchd", phi_q, earlier_states) * to_query
+    scores = _sum_products("bnqhm,bnkhm->bnhqk", phi_q, phi_k) * _causal_factors(key_stabiliser, chunk)
+    from_chunk = _sum_products("bnhqk,bnkhd->bnqhd", scores, values)
+    out = (from_earlier + from_chunk).reshape(batch, num_chunks * chunk, heads, -1)[:, :length]
+    return _normalise(out, eps).astype(v.dtype)
+
+
+def explicit_weights(phi_q, phi_k, eps, causal: bool, key_stabiliser=0.0):
+    """The [B, H, Lq, Lk] matrix phi(q).phi(k) / normaliser that the linear forms above never form, for
+    [B, L, H, m] features whose keys are scaled down by exp(key_stabiliser) (see `causal_linear_attention`);
+    `eps` is a scalar or per query [B, Lq, H, 1]."""
+    scores = _sum_products("bqhm,bkhm->bhqk", phi_q, phi_k)
+    if causal:
+        scores = scores * _causal_factors(key_stabiliser, phi_q.shape[1])
+    per_query_eps = jnp.swapaxes(eps, 1, 2) if jnp.ndim(eps) else eps  # [B, Lq, H, 1] -> [B, H, Lq, 1]
+    return scores / _denominator(scores.sum(-1, keepdims=True), per_query_eps)
