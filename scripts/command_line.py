@@ -41,6 +41,24 @@ def fail(message: str):
     sys.exit(2)
 
 
+def split_extra(argv: list[str]) -> tuple[list[str], list[str]]:
+    """The arguments before `--`, and those after it (for every train.py run of a study)."""
+    return (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+
+
+def define_study_flags(flag_values: flags.FlagValues) -> None:
+    """The flags of a study's run (studies/runner.py), compare's and sweep's (which runs a sweep's study)."""
+    flags.DEFINE_integer("seeds", None, "seeds per run (default: the study's)", lower_bound=1,
+                         flag_values=flag_values)
+    flags.DEFINE_integer("jobs", None, "training processes at once (default: one per GPU, one on a TPU, one per "
+                         "CPU core without them)", lower_bound=1, flag_values=flag_values)
+    flags.DEFINE_string("only", "", "comma-separated subset of the study's run names", flag_values=flag_values)
+    flags.DEFINE_string("runs_dir", "runs/compare", "workdirs go to <runs_dir>/<task>/<preset>",
+                        flag_values=flag_values)
+    flags.DEFINE_string("reports_dir", "reports", "the report goes to <reports_dir>/<task>[/<preset>]",
+                        flag_values=flag_values)
+
+
 # --- the benchmarks' shared flags ------------------------------------------------------------------------
 
 
