@@ -157,7 +157,8 @@ def run(options) -> dict:
     kinds, lengths = parse_kinds(chosen["kinds"]), parse_lengths(chosen["lengths"])
     if REFERENCE in kinds:
         raise SystemExit(f"--kinds: {REFERENCE!r} has no incremental decoding; choose registered kinds")
-    settings = {name: chosen[name] for name in ("batch", "heads", "head_dim", "num_features", "steps", "repeats", "seed")}
+    settings = {name: chosen[name] for name in
+                ("batch", "heads", "head_dim", "num_features", "steps", "repeats", "seed")}
     result = measure(kinds, lengths, settings)
     paths = write_reports(result, chosen["out"], "decode", markdown, plot)
     print(f"\n{table(result)}\n\n{summary(result)}")
