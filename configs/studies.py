@@ -1,7 +1,7 @@
 """The grids scripts/compare.py runs, as plain data: a config, the runs on it and how many seeds.
 
 Overrides map dotted config fields to values; each becomes `--config.<field>=<value>` on train.py's
-command line, the study's first, then the run's. The studies listed in scripts/sweep.py's SWEEPS are also
+command line, the study's first, then the run's. The studies listed in studies/sweeps.py's SWEEPS are also
 W&B sweeps, sweeps/<task>-<preset>.yaml, generated from them.
 """
 import dataclasses
