@@ -10,8 +10,6 @@ import types
 
 from absl import flags
 
-from attention import fused
-
 HELP = ("-h", "--help", "--helpfull")
 
 
@@ -78,6 +76,8 @@ def define_shape_flags(flag_values: flags.FlagValues, lengths: str) -> None:
 
 def define_common_flags(flag_values: flags.FlagValues, lengths: str) -> None:
     """The flags bench_attention and bench_chunks share: the shapes, dtype, timing and budgets."""
+    from attention import fused  # here, not above: the scripts without these flags need not load JAX
+
     define_shape_flags(flag_values, lengths)
     flags.DEFINE_enum("dtype", "float32", ("float32", "bfloat16"), "of the inputs and the module's floating state",
                       flag_values=flag_values)
