@@ -13,7 +13,6 @@ import numpy as np  # noqa: E402
 from analysis.plots import counts_log_x  # noqa: E402
 
 SCALINGS = {"unscaled": "q.k", "scaled": "q.k / sqrt(d)"}
-STATISTICS = ("entropy", "jacobian_mean", "jacobian_median", "query_gradient_mean", "query_gradient_median")
 TABLE_DIMS = (2, 8, 16, 64, 256, 1024)
 SCAN_KINDS = ("dot", "softmax")
 # configs/translation.py as the kinds study ran it: d_model 64 over 4 heads.
