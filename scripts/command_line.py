@@ -39,6 +39,9 @@ def fail(message: str):
     sys.exit(2)
 
 
+# --- the studies' shared flags ---------------------------------------------------------------------------
+
+
 def split_extra(argv: list[str]) -> tuple[list[str], list[str]]:
     """The arguments before `--`, and those after it (for every train.py run of a study)."""
     return (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
