@@ -1,6 +1,6 @@
 """What a study is, as plain data: a config, the runs on it and how many seeds; and the grids of attention
 kinds that several tasks' studies share. Each task's config file lists its studies (STUDIES), which
-configs/studies.py looks up.
+studies/catalog.py looks up.
 
 Overrides map dotted config fields to values; each becomes `--config.<field>=<value>` on train.py's
 command line, the study's first, then the run's.

@@ -74,7 +74,7 @@ def _set_quick(config, _):
 
 
 def _set_full(config, _):
-    # The accelerator grid's sizes (configs/studies.py, recall full): Zoology's vocabulary and data sizes,
+    # The accelerator grid's sizes (STUDIES below, full): Zoology's vocabulary and data sizes,
     # a length with room for N = 64 pairs, and a schedule long enough for the slowest kinds to settle.
     config.dataset.seq_len = 256
     config.num_train_steps = 4_000

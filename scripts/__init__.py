@@ -1,1 +1,2 @@
-"""Command-line tools over runs: summaries, sweeps, benchmarks."""
+"""The command lines over runs, each `python -m scripts.<name>`: its flags, then one call into studies/,
+benchmarks/ or demos/."""

@@ -1,8 +1,9 @@
 """The scripts' command lines, in absl flags as train.py's and eval.py's.
 
 Each script defines its flags on a FlagValues of its own rather than absl's global FLAGS: scripts imported
-into one process (by the tests, or one script using another's functions) would collide there on names like
---out. main(argv) parses the list it is given, so that a test runs a script as the command line does.
+into one process (by the tests) would collide there on names like --out. main(argv) parses the list it is
+given, so that a test runs a script as the command line does. The groups of flags that several scripts
+share are defined here too.
 """
 import sys
 import types
@@ -36,3 +37,57 @@ def fail(message: str):
     """A mistake in the command line: its message, and status 2."""
     print(f"error: {message} (see --help)", file=sys.stderr, flush=True)
     sys.exit(2)
+
+
+# --- the studies' shared flags ---------------------------------------------------------------------------
+
+
+def split_extra(argv: list[str]) -> tuple[list[str], list[str]]:
+    """The arguments before `--`, and those after it (for every train.py run of a study)."""
+    return (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+
+
+def define_study_flags(flag_values: flags.FlagValues) -> None:
+    """The flags of a study's run (studies/runner.py), compare's and sweep's (which runs a sweep's study)."""
+    flags.DEFINE_integer("seeds", None, "seeds per run (default: the study's)", lower_bound=1,
+                         flag_values=flag_values)
+    flags.DEFINE_integer("jobs", None, "training processes at once (default: one per GPU, one on a TPU, one per "
+                         "CPU core without them)", lower_bound=1, flag_values=flag_values)
+    flags.DEFINE_string("only", "", "comma-separated subset of the study's run names", flag_values=flag_values)
+    flags.DEFINE_string("runs_dir", "runs/compare", "workdirs go to <runs_dir>/<task>/<preset>",
+                        flag_values=flag_values)
+    flags.DEFINE_string("reports_dir", "reports", "the report goes to <reports_dir>/<task>[/<preset>]",
+                        flag_values=flag_values)
+
+
+# --- the benchmarks' shared flags ------------------------------------------------------------------------
+
+
+def define_shape_flags(flag_values: flags.FlagValues, lengths: str) -> None:
+    """The flags of bench_attention, bench_chunks and bench_decode: the shapes, timings, seed and output."""
+    flags.DEFINE_string("lengths", lengths, "comma-separated sequence lengths", flag_values=flag_values)
+    flags.DEFINE_integer("batch", 1, "B", lower_bound=1, flag_values=flag_values)
+    flags.DEFINE_integer("heads", 4, "H", lower_bound=1, flag_values=flag_values)
+    flags.DEFINE_integer("head_dim", 64, "D", lower_bound=1, flag_values=flag_values)
+    flags.DEFINE_integer("num_features", 64, "for the kinds that take it (performer)", lower_bound=1,
+                         flag_values=flag_values)
+    flags.DEFINE_integer("repeats", 5, "timings per measurement; the median is kept", lower_bound=1,
+                         flag_values=flag_values)
+    flags.DEFINE_integer("seed", 0, "seed of the inputs and the module", flag_values=flag_values)
+    flags.DEFINE_string("out", "reports/bench", "folder for the JSON, markdown and PNG", flag_values=flag_values)
+
+
+def define_common_flags(flag_values: flags.FlagValues, lengths: str) -> None:
+    """The flags bench_attention and bench_chunks share: the shapes, dtype, timing and budgets."""
+    from attention import fused  # here, not above: the scripts without these flags need not load JAX
+
+    define_shape_flags(flag_values, lengths)
+    flags.DEFINE_enum("dtype", "float32", ("float32", "bfloat16"), "of the inputs and the module's floating state",
+                      flag_values=flag_values)
+    flags.DEFINE_enum("implementation", "auto", fused.IMPLEMENTATIONS, "softmax's (and the reference's) kernel, "
+                      "for the kinds that take it: see attention/fused.py; cudnn is refused where it cannot run",
+                      flag_values=flag_values)
+    flags.DEFINE_float("max_seconds", 10.0, "a kind slower than this per forward+backward skips its larger "
+                       "lengths", flag_values=flag_values)
+    flags.DEFINE_float("max_memory_gb", 8.0, "a kind whose planned memory exceeds this (GiB) is skipped from "
+                       "that length on", flag_values=flag_values)

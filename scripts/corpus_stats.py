@@ -6,14 +6,12 @@
 """
 import sys
 
-from absl import flags, logging
+from absl import flags
 from ml_collections import config_flags
 
-from data import mlm_corpus, text_corpus
-from data.mlm import pack
+from data import text_corpus
+from demos.corpus_stats import run
 from scripts import command_line
-from tasks import mlm
-from training import validate
 
 
 def flag_values(argv: list[str]) -> flags.FlagValues:
@@ -29,23 +27,7 @@ def flag_values(argv: list[str]) -> flags.FlagValues:
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    args = command_line.parse(flag_values(argv), argv, __doc__)
-    logging.set_verbosity(logging.WARNING)
-    config = args.config
-    if args.corpus:
-        config.dataset.name, config.dataset.corpus = "pydoc", args.corpus
-    validate.validate(config)
-    data = mlm.prepare_data(config, workdir="")
-    dataset = config.dataset
-    print(f"vocabulary: {data.tokenizer.vocab_size} {dataset.tokenizer} pieces; sequences of {dataset.seq_len}")
-    print("| split | documents | words | tokens | sequences |\n|---|---:|---:|---:|---:|")
-    for split in (dataset.train_split, dataset.validation_split, dataset.split):
-        texts = mlm_corpus.load_texts(dataset, split)
-        token_lists = data.tokenizer.encode_batch(texts)
-        tokens = sum(len(ids) for ids in token_lists)
-        words = sum(len(text.split()) for text in texts)
-        sequences = len(pack(token_lists, dataset.seq_len))
-        print(f"| {split} | {len(texts):,} | {words:,} | {tokens:,} | {sequences:,} |")
+    run(command_line.parse(flag_values(argv), argv, __doc__))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""W&B sweep definitions generated from the studies of configs/studies.py, and a sweep run locally.
+"""W&B sweep definitions generated from the studies marked `sweep` (configs/<task>.py), and a sweep run locally.
 
-  python -m scripts.sweep --generate                      # writes sweeps/<task>-<preset>.yaml of SWEEPS
+  python -m scripts.sweep --generate                      # writes sweeps/<task>-<preset>.yaml of the sweep studies
   python -m scripts.sweep sweeps/mlm-full.yaml --jobs=2   # the sweep locally, without a W&B server
   wandb sweep sweeps/mlm-full.yaml                        # the sweep on W&B (README, "Sweeps")
 
@@ -11,129 +11,34 @@ value as `value`), config.seed over the study's seeds, and the command `wandb ag
 study's config, ${args} (`--config.<field>=<value>` for each parameter) and a workdir per W&B run.
 
 A sweep file runs locally as the study it was generated from (a file that none generates, edited or stale,
-is refused): scripts/compare.py's runner trains each distinct config once, with the flags below, in the
-workdirs and into the report of `python -m scripts.compare --task=<task> --preset=<preset>`.
+is refused): scripts/compare.py's runner (studies/runner.py) trains each distinct config once, with the
+flags below, in the workdirs and into the report of `python -m scripts.compare --task=<task> --preset=<preset>`.
 """
-import itertools
-import os
 import shlex
 import sys
 
-import yaml
 from absl import flags
 
-import attention
-import tasks
-from analysis import report
-from configs import common, grids, studies
-from scripts import command_line, compare
-from training import metrics
-
-SWEEPS = (("mlm", "full"), ("translation", "rank"))  # the studies committed as sweeps/<task>-<preset>.yaml
+from scripts import command_line
+from studies import sweeps
 
 FLAGS = flags.FlagValues()
-flags.DEFINE_bool("generate", False, "write the sweeps/*.yaml of SWEEPS from configs/studies.py", flag_values=FLAGS)
-compare.define_study_flags(FLAGS)
-
-
-def identity(overrides: dict) -> dict:
-    """`overrides` without the kind options its attention kind (attention.name) does not take."""
-    kind = overrides.get("attention.name")
-    if kind not in attention.names():  # unset: the config's kind, whose options may be any
-        return overrides
-    ignored = {f"attention.{option}" for option in attention.all_options() - set(attention.options(kind))}
-    return {key: value for key, value in overrides.items() if key not in ignored}
-
-
-def grid(name: str, study: grids.Study) -> dict[str, list]:
-    """Each field the study's runs override -> the values they give it, in the order they first do. An
-    error where the combinations of these values, each config once, are not the study's runs."""
-    values = {}
-    for run in study.runs:
-        for key, value in {**study.overrides, **run.overrides}.items():
-            if value not in values.setdefault(key, []):
-                values[key].append(value)
-    runs = [frozenset(identity({**study.overrides, **run.overrides}).items()) for run in study.runs]
-    combinations = {frozenset(identity(dict(zip(values, point))).items())
-                    for point in itertools.product(*values.values())}
-    if len(set(runs)) < len(runs) or set(runs) != combinations:
-        raise ValueError(f"study {name}: its {len(runs)} runs are not the {len(combinations)} configs the values "
-                         "they set combine to, so no W&B grid sweep runs them")
-    return values
-
-
-def _parameter(values: list) -> dict:
-    return {"values": values} if len(values) > 1 else {"value": values[0]}
-
-
-def definition(task: str, preset: str) -> dict:
-    """The W&B sweep of the study (task, preset): its grid of config overrides and seeds, run by train.py."""
-    name, study = f"{task}-{preset}", studies.get_study(task, preset)
-    parameters = {f"config.{key}": _parameter(values) for key, values in grid(name, study).items()}
-    return {
-        "name": name,  # compare.py's W&B group of the study
-        "project": common.wandb_config().project,
-        "program": "train.py",
-        "method": "grid",
-        "metric": {"name": f"test/{tasks.get(task).METRICS[0]}", "goal": "maximize"},
-        "parameters": {**parameters, "config.seed": _parameter(list(range(study.seeds)))},
-        # A workdir per W&B run, named by the run id the agent sets, so that a resumed run finds its
-        # checkpoints (the agent's ${envvar:...} is filled once per agent, not per run).
-        "command": ["${env}", "${interpreter}", "${program}", f"--config={study.config}",
-                    f"--workdir=runs/agent/{name}/{metrics.RUN_ID_PLACEHOLDER}", "${args}"],
-    }
-
-
-def sweep_path(task: str, preset: str) -> str:
-    """Relative to the repository root."""
-    return os.path.join("sweeps", f"{task}-{preset}.yaml")
-
-
-def sweep_text(task: str, preset: str) -> str:
-    path = sweep_path(task, preset)
-    header = (f"# Generated by `python -m scripts.sweep --generate` from configs/studies.py (task {task}, preset "
-              f"{preset}):\n# edit the study, not this file. README, \"Sweeps\":\n"
-              f"#   wandb sweep {path}\n#   python -m scripts.sweep {path} --jobs=2   # locally, no W&B server\n")
-    return header + yaml.safe_dump(definition(task, preset), sort_keys=False, width=110)
-
-
-def generate() -> list[str]:
-    """Writes the sweep file of every study in SWEEPS; returns their paths."""
-    paths = []
-    for task, preset in SWEEPS:
-        paths.append(os.path.join(compare.ROOT, sweep_path(task, preset)))
-        with open(paths[-1], "w") as f:
-            f.write(sweep_text(task, preset))
-    return paths
-
-
-def study_of(path: str) -> tuple[str, str]:
-    """The (task, preset) of SWEEPS whose sweep file is, as it stands, the file at `path`."""
-    with open(path) as f:
-        text = f.read()
-    for task, preset in SWEEPS:
-        if text == sweep_text(task, preset):
-            return task, preset
-    raise ValueError(f"{path}: not the sweep file of a study in SWEEPS as configs/studies.py stands; "
-                     "`python -m scripts.sweep --generate` writes them anew")
+flags.DEFINE_bool("generate", False, "write the sweeps/*.yaml of the studies marked sweep", flag_values=FLAGS)
+command_line.define_study_flags(FLAGS)
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    own, extra = compare.split_extra(argv)
+    own, extra = command_line.split_extra(argv)
     args = command_line.parse(FLAGS, own, __doc__, positional=True)
     if args.generate:
         if args.positional or extra:
             command_line.fail("--generate takes no other arguments")
-        print("written: " + ", ".join(generate()))
+        print("written: " + ", ".join(sweeps.generate()))
         return
     if len(args.positional) != 1:
         command_line.fail("give one sweep file, e.g. sweeps/mlm-full.yaml, or --generate")
-    try:
-        task, preset = study_of(args.positional[0])
-    except (OSError, ValueError) as error:
-        raise SystemExit(str(error)) from None
-    compare.run_study(task, preset, args, extra, shlex.join(["python", "-m", "scripts.sweep", *argv]))
+    sweeps.run_sweep(args.positional[0], args, extra, shlex.join(["python", "-m", "scripts.sweep", *argv]))
 
 
 if __name__ == "__main__":

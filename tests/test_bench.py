@@ -1,12 +1,14 @@
-"""scripts/bench_attention.py, bench_chunks.py and bench_decode.py at tiny sizes: the rows, tables and plot
-they write, bench_attention's budgets, dtype, implementation and masked modes. No speed is asserted: only
-that every measurement is present, positive, or skipped for the stated reason."""
+"""benchmarks/attention.py, chunks.py and decode.py at tiny sizes, run through their scripts' command lines
+(python -m scripts.bench_attention, ...): the rows, tables and plot they write, the attention benchmark's
+budgets, dtype, implementation and masked modes. No speed is asserted: only that every measurement is
+present, positive, or skipped for the stated reason."""
 import json
 
 import jax
 import pytest
 
 from attention import chunking
+from benchmarks import attention, common
 from scripts import bench_attention, bench_chunks, bench_decode
 
 TINY = ["--lengths=16,32", "--batch=1", "--heads=2", "--head_dim=8", "--repeats=2"]
@@ -90,9 +92,9 @@ def test_cudnn_is_refused_without_an_nvidia_gpu(capsys):
 
 
 def test_masks_argument_is_checked():
-    assert bench_attention.parse_masks("padding,none") == ["none", "padding"]
+    assert attention.parse_masks("padding,none") == ["none", "padding"]
     with pytest.raises(SystemExit, match="--masks"):
-        bench_attention.parse_masks("none,causal")
+        attention.parse_masks("none,causal")
 
 
 def test_time_budget_skips_the_larger_lengths(tmp_path):
@@ -126,20 +128,30 @@ def _result(times: dict) -> dict:
 
 def test_summary_names_the_crossover_and_the_ratio_at_8192():
     result = _result({("softmax", 4096): 1.0, ("linear", 4096): 2.0, ("softmax", 8192): 9.0, ("linear", 8192): 3.0})
-    assert bench_attention.summary(result, "bidirectional") == (
+    assert attention.summary(result, "bidirectional") == (
         "bidirectional: linear faster than softmax from L=8192 (crossover); softmax/linear at L=8192: 3.00x")
-    assert bench_attention.summary(result, "causal") == "causal: no length with both softmax and linear measured"
+    assert attention.summary(result, "causal") == "causal: no length with both softmax and linear measured"
 
 
 def test_summary_without_crossover_names_the_largest_length_compared():
     result = _result({("softmax", 256): 1.0, ("linear", 256): 2.0, ("softmax", 512): None, ("linear", 512): 3.0})
-    assert bench_attention.summary(result, "bidirectional") == (
+    assert attention.summary(result, "bidirectional") == (
         "bidirectional: linear not faster than softmax up to L=256; softmax/linear at L=8192: not measured")
+
+
+def test_list_arguments_are_checked_and_a_timing_lasts_about_timing_seconds():
+    assert common.parse_ints("--chunk_sizes", "64,0,64", 0) == [0, 64]
+    with pytest.raises(SystemExit, match="--chunk_sizes: values must be >= 1"):
+        common.parse_ints("--chunk_sizes", "0,64", 1)
+    with pytest.raises(SystemExit, match="--lengths: '16,x' is not a comma-separated list of integers"):
+        common.parse_lengths("16,x")
+    assert common.calls_per_timing(common.TIMING_SECONDS / 2) == 2
+    assert common.calls_per_timing(10.0) == 1 and common.calls_per_timing(0.0) == common.MAX_CALLS_PER_TIMING
 
 
 def test_unknown_kind_is_refused_before_compiling():
     with pytest.raises(SystemExit, match="unknown.*'nope'.*reference"):
-        bench_attention.parse_kinds("softmax,nope")
+        attention.parse_kinds("softmax,nope")
 
 
 def test_bench_chunks_times_every_chunk_size_against_softmax(tmp_path):

@@ -1,5 +1,6 @@
-"""scripts/bench_rank.py at tiny sizes: every length has its row, the old path runs in full only up to
---old_max_length, and the markdown table is written. No speed is asserted."""
+"""benchmarks/rank.py at tiny sizes, through python -m scripts.bench_rank's command line: every length has its
+row, the old path runs in full only up to --old_max_length, and the markdown table is written. No speed is
+asserted."""
 import json
 
 from scripts import bench_rank

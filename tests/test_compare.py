@@ -1,4 +1,5 @@
-"""configs/studies.py, analysis/report.py and scripts/compare.py on hand-written eval.json files, no training."""
+"""The studies of configs/<task>.py (studies/catalog.py), analysis/report.py and the study runner (studies/,
+python -m scripts.compare) on hand-written eval.json files, no training."""
 import functools
 import importlib
 import json
@@ -9,14 +10,15 @@ import pytest
 
 import attention
 from analysis import report
+from configs import grids
+from scripts import compare
+from studies import catalog, jobs, runner
 from tasks import mlm, translation
 from tasks import recall as recall_task
-from configs import grids, studies
-from scripts import compare
 from training import validate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STUDY_KEYS = [(task, preset) for task, presets in studies.presets().items() for preset in presets]
+STUDY_KEYS = [(task, preset) for task, presets in catalog.presets().items() for preset in presets]
 
 
 # --- studies ---------------------------------------------------------------------------------------------
@@ -32,7 +34,7 @@ def _study_config(study: grids.Study):
 
 @pytest.mark.parametrize("task, preset", STUDY_KEYS)
 def test_every_run_is_a_valid_config_with_a_unique_name(task, preset):
-    study = studies.get_study(task, preset)
+    study = catalog.get_study(task, preset)
     for run in study.runs:
         config = _study_config(study)
         for key, value in {**study.overrides, **run.overrides}.items():
@@ -45,7 +47,7 @@ def test_every_run_is_a_valid_config_with_a_unique_name(task, preset):
 
 @pytest.mark.parametrize("task, preset", STUDY_KEYS)
 def test_every_override_is_a_config_field_of_its_type(task, preset):
-    study = studies.get_study(task, preset)
+    study = catalog.get_study(task, preset)
     config = _study_config(study)
     overrides = {**study.overrides, **{key: value for run in study.runs for key, value in run.overrides.items()}}
     for key, value in {**overrides, "wandb.group": "set by compare.py"}.items():
@@ -57,22 +59,22 @@ def test_every_override_is_a_config_field_of_its_type(task, preset):
 
 
 def test_mlm_full_extends_quick_and_kinds_covers_every_kind_once():
-    quick, full = studies.get_study("mlm", "quick"), studies.get_study("mlm", "full")
+    quick, full = catalog.get_study("mlm", "quick"), catalog.get_study("mlm", "full")
     assert {run.name for run in quick.runs} < {run.name for run in full.runs}
-    kinds = studies.get_study("translation", "kinds")
+    kinds = catalog.get_study("translation", "kinds")
     assert [run.name for run in kinds.runs] == [name for name in attention.names() if name != "scaled_dot"]
 
 
 def test_each_preset_reports_in_its_own_directory():
-    assert compare.report_dir("reports", "mlm", "quick") == os.path.join("reports", "mlm")
-    assert compare.report_dir("reports", "mlm", "full") == os.path.join("reports", "mlm", "full")
+    assert runner.report_dir("reports", "mlm", "quick") == os.path.join("reports", "mlm")
+    assert runner.report_dir("reports", "mlm", "full") == os.path.join("reports", "mlm", "full")
 
 
 def test_unknown_task_or_preset_names_the_allowed_ones():
     with pytest.raises(ValueError, match="tasks: listops, mlm, recall, translation"):
-        studies.get_study("vision", "quick")
+        catalog.get_study("vision", "quick")
     with pytest.raises(ValueError, match="presets: quick, full, default, kinds, splits"):
-        studies.get_study("translation", "huge")
+        catalog.get_study("translation", "huge")
 
 
 # --- report ----------------------------------------------------------------------------------------------
@@ -213,13 +215,13 @@ def test_write_report_without_bounded_runs_or_spectra(tmp_path):
     assert (tmp_path / "accuracy_vs_feature_dim.png").exists() and not (tmp_path / "spectra.png").exists()
 
 
-# --- compare.py ------------------------------------------------------------------------------------------
+# --- the runner --------------------------------------------------------------------------------------------
 
 
 def test_train_command_orders_study_run_and_extra_overrides():
     study = grids.Study("configs/mlm.py:quick", {"num_train_steps": 5}, [], seeds=1)
     run = grids.Run("performer_m8", {"attention.name": "performer", "attention.num_features": 8})
-    command = compare.train_command(study, run, 1, "/runs/p/seed1", "mlm-quick", ["--config.wandb.mode=disabled"])
+    command = jobs.train_command(study, run, 1, "/runs/p/seed1", "mlm-quick", ["--config.wandb.mode=disabled"])
     assert command[1:] == [
         os.path.join(ROOT, "train.py"),
         f"--config={os.path.join(ROOT, 'configs', 'mlm.py')}:quick",
@@ -241,20 +243,20 @@ def _write_json(path, content):
 
 def test_a_run_is_finished_when_eval_json_is_at_the_configs_last_step(tmp_path):
     workdir = str(tmp_path)
-    assert not compare.is_finished(workdir)
+    assert not jobs.is_finished(workdir)
     _write_json(os.path.join(workdir, "config.json"), {"num_train_steps": 100})
-    assert not compare.is_finished(workdir)
+    assert not jobs.is_finished(workdir)
     _write_json(os.path.join(workdir, "eval.json"), {"step": 50})  # e.g. eval.py on a checkpoint mid-run
-    assert not compare.is_finished(workdir)
+    assert not jobs.is_finished(workdir)
     _write_json(os.path.join(workdir, "eval.json"), {"step": 100})
-    assert compare.is_finished(workdir)
+    assert jobs.is_finished(workdir)
 
 
 def test_only_selects_runs_and_rejects_unknown_names():
-    study = studies.get_study("translation", "quick")
-    assert [run.name for run in compare.select_runs(study, "taylor,softmax")] == ["softmax", "taylor"]
+    study = catalog.get_study("translation", "quick")
+    assert [run.name for run in runner.select_runs(study, "taylor,softmax")] == ["softmax", "taylor"]
     with pytest.raises(ValueError, match="unknown runs nope; this study's runs: softmax, linear"):
-        compare.select_runs(study, "softmax,nope")
+        runner.select_runs(study, "softmax,nope")
 
 
 def test_the_head_dim_is_reported_only_where_every_run_shares_it(tmp_path):
@@ -265,9 +267,9 @@ def test_the_head_dim_is_reported_only_where_every_run_shares_it(tmp_path):
         return [workdir]
 
     transformer = finished("transformer", {"d_model": 64, "num_heads": 4})
-    assert compare.load_results({"transformer": transformer})[2] == 16
+    assert runner.load_results({"transformer": transformer})[2] == 16
     rnn = finished("rnn", {"d_model": 64, "num_heads": 1})
-    assert compare.load_results({"transformer": transformer, "rnn": rnn})[2] is None
+    assert runner.load_results({"transformer": transformer, "rnn": rnn})[2] is None
 
 
 RANK_BOUNDS = {"linear": 32, "performer_m32": 32, "performer_m128": 128, "performer_m512": 512, "taylor": 561,
@@ -275,7 +277,7 @@ RANK_BOUNDS = {"linear": 32, "performer_m32": 32, "performer_m128": 128, "perfor
 
 
 class FakeTrain:
-    """Stands in for compare.train: writes what train.py would, or fails for the labels in `fail`."""
+    """Stands in for jobs.train: writes what train.py would, or fails for the labels in `fail`."""
 
     def __init__(self, fail=()):
         self.fail, self.commands = set(fail), []
@@ -304,9 +306,9 @@ def _main(tmp_path, *args):
 
 def test_main_trains_every_run_and_seed_then_reports_and_skips_them_next_time(tmp_path, monkeypatch, capsys):
     fake = FakeTrain()
-    monkeypatch.setattr(compare, "train", fake)
+    monkeypatch.setattr(jobs, "train", fake)
     _main(tmp_path, "--", "--config.wandb.mode=disabled")
-    study = studies.get_study("mlm", "quick")
+    study = catalog.get_study("mlm", "quick")
     assert len(fake.commands) == len(study.runs) * study.seeds
     assert all(command[-1] == "--config.wandb.mode=disabled" for command in fake.commands)
     output = capsys.readouterr().out
@@ -317,14 +319,14 @@ def test_main_trains_every_run_and_seed_then_reports_and_skips_them_next_time(tm
     assert "mean > head dim (32)" in text and (tmp_path / "reports" / "mlm" / "spectra.png").exists()
 
     again = FakeTrain()
-    monkeypatch.setattr(compare, "train", again)
+    monkeypatch.setattr(jobs, "train", again)
     _main(tmp_path)
     assert again.commands == []
     assert capsys.readouterr().out.count("finished earlier, skipped") == len(study.runs) * study.seeds
 
 
 def test_failed_runs_are_named_and_left_out_of_the_report(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(compare, "train", FakeTrain(fail=["taylor seed1", "local seed0", "local seed1"]))
+    monkeypatch.setattr(jobs, "train", FakeTrain(fail=["taylor seed1", "local seed0", "local seed1"]))
     with pytest.raises(SystemExit, match="failed runs: .*taylor seed1"):
         _main(tmp_path, "--only=softmax,taylor,local")
     assert f"FAILED (see {tmp_path / 'runs' / 'mlm' / 'quick' / 'taylor' / 'seed1' / 'train.log'})" in (
@@ -338,7 +340,7 @@ def test_failed_runs_are_named_and_left_out_of_the_report(tmp_path, monkeypatch,
 
 
 def _recall_eval(kind, pairs, accuracy, feature_dim, per_head, effective_ranks, validation):
-    """A causal recall eval.json with one head and a rank row per layer, plus compare.py's "validation"."""
+    """A causal recall eval.json with one head and a rank row per layer, plus the runner's "validation"."""
     rows = [{"role": "decoder_self", "layer": layer, "head": 0, "seq_len": 64, "numerical_rank": rank + 1,
              "effective_rank": rank, "stable_rank": 1.5, "rank_bound": None}
             for layer, rank in enumerate(effective_ranks)]
@@ -382,7 +384,7 @@ def test_a_group_keeps_the_run_with_the_best_validation_never_the_best_test():
             grids.Run("linear_N16_lr0.001", {}, group="linear_N16"), grids.Run("softmax_N16", {})]
     results = {"linear_N16_lr0.01": better_on_test, "linear_N16_lr0.001": better_on_validation,
                "softmax_N16": RECALL_RESULTS["softmax_N16"]}
-    selected = compare.select_by_validation("recall", results, runs)
+    selected = runner.select_by_validation("recall", results, runs)
     assert list(selected) == ["linear_N16", "softmax_N16"]
     assert selected["linear_N16"][0]["metrics"]["query_accuracy"] == 0.50
     assert selected["linear_N16"][0]["run"] == "linear_N16_lr0.001"

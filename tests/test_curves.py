@@ -7,6 +7,7 @@ import pytest
 
 from analysis import plots
 from scripts import compare
+from studies import jobs, runner
 from training import loop, metrics
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -82,7 +83,7 @@ def test_mean_curve_averages_seeds_over_the_steps_they_share():
 
 
 def _finished_run(workdir, lines, steps=20) -> None:
-    """What compare.is_finished reads, and the run's metrics.jsonl."""
+    """What jobs.is_finished reads, and the run's metrics.jsonl."""
     _write_metrics(workdir, lines)
     for name, content in (("config.json", {"num_train_steps": steps}), ("eval.json", {"step": steps})):
         with open(os.path.join(workdir, name), "w") as f:
@@ -97,7 +98,7 @@ def test_overlay_of_two_runs_takes_each_runs_finished_seeds_chosen_on_validation
     _write_metrics(workdirs["linear"][1], _translation_lines())  # unfinished: no eval.json, left out
     # The report's "lr" is a group whose validation chose the run "linear".
     results = {"softmax": [{"run": "softmax"}] * 2, "lr": [{"run": "linear"}]}
-    records = compare.curve_records(results, workdirs)
+    records = runner.curve_records(results, workdirs)
     assert [len(seeds) for seeds in records.values()] == [2, 1]
     softmax = [plots.metric_curve(seed, "eval", "loss") for seed in records["softmax"]]
     _assert_curve(plots.mean_curve(softmax), [10, 20], [2.5, 1.5])
@@ -115,7 +116,7 @@ _RANK_ROW = {"role": "encoder_self", "layer": 0, "head": 0, "seq_len": 128, "num
 
 
 def _fake_train(command, workdir, env):
-    """Stands in for compare.train: an MLM run of 20 steps without attention analysis."""
+    """Stands in for jobs.train: an MLM run of 20 steps without attention analysis."""
     kind = next(arg.split("=")[1] for arg in command if arg.startswith("--config.attention.name="))
     _write_metrics(workdir, [(20, "train", {"masked_accuracy": 0.2, "loss": 3.0, "perplexity": 20.0}),
                              (20, "eval", {"masked_accuracy": 0.3, "loss": 2.5, "perplexity": 12.2})])
@@ -128,7 +129,7 @@ def _fake_train(command, workdir, env):
 
 
 def test_compare_writes_the_overlay_into_the_report_directory(tmp_path, monkeypatch):
-    monkeypatch.setattr(compare, "train", _fake_train)
+    monkeypatch.setattr(jobs, "train", _fake_train)
     compare.main(["--task=mlm", "--only=softmax,linear", "--seeds=1", "--jobs=1",
                   f"--runs_dir={tmp_path / 'runs'}", f"--reports_dir={tmp_path / 'reports'}"])
     with open(tmp_path / "reports" / "mlm" / plots.CURVES_PLOT, "rb") as f:

@@ -1,5 +1,6 @@
-"""scripts/nadaraya_watson.py and scripts/attention_scale.py: their estimators against references written here,
-the effects their reports claim, and each script end to end on a small setting."""
+"""demos/nadaraya_watson.py and demos/attention_scale.py: their estimators against references written here,
+the effects their reports claim, and each end to end through its script (python -m scripts.<name>) on a small
+setting."""
 import json
 import math
 
@@ -10,8 +11,10 @@ import pytest
 from flax import nnx
 
 import attention
-from scripts import attention_scale
-from scripts import nadaraya_watson as nw
+import scripts.attention_scale
+import scripts.nadaraya_watson
+from demos import attention_scale
+from demos import nadaraya_watson as nw
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 MAX_PNG_BYTES = 150_000
@@ -123,7 +126,7 @@ def _pngs_are_small(folder, names):
 
 
 def test_nadaraya_watson_script_writes_its_report(tmp_path):
-    nw.main(["--out", str(tmp_path), "--steps", "20"])
+    scripts.nadaraya_watson.main(["--out", str(tmp_path), "--steps", "20"])
     result = json.loads((tmp_path / "results.json").read_text())
     assert set(result["test_mse"]) == set(nw.ESTIMATORS)
     assert result["kind_vs_closed_form_max_abs"] < 1e-4
@@ -143,7 +146,7 @@ def test_attention_scale_script_reads_the_scan_numbers(tmp_path):
     scan = _scan_results(tmp_path / "kinds.json", dot=0.1234, softmax=0.5678)
     argv = ["--out", str(tmp_path / "out"), "--max_dim", "16", "--pairs", "500", "--key_sets", "2",
             "--queries", "4", "--scan_results", scan]
-    attention_scale.main(argv)
+    scripts.attention_scale.main(argv)
     result = json.loads((tmp_path / "out" / "results.json").read_text())
     assert [row["dim"] for row in result["rows"]] == [2, 4, 8, 16]
     assert result["scan"]["dot"]["exact_match"] == [0.1234]
@@ -155,8 +158,8 @@ def test_attention_scale_script_reads_the_scan_numbers(tmp_path):
 def test_attention_scale_script_names_missing_scan_results(tmp_path):
     missing = tmp_path / "absent.json"
     with pytest.raises(SystemExit, match=f"{missing}: not found"):
-        attention_scale.main(["--out", str(tmp_path), "--scan_results", str(missing)])
+        scripts.attention_scale.main(["--out", str(tmp_path), "--scan_results", str(missing)])
     without_dot = tmp_path / "no_dot.json"
     without_dot.write_text(json.dumps({"softmax": [{"metrics": {"exact_match": 0.9}}]}))
     with pytest.raises(SystemExit, match="no test exact_match for run 'dot'"):
-        attention_scale.main(["--out", str(tmp_path), "--scan_results", str(without_dot)])
+        scripts.attention_scale.main(["--out", str(tmp_path), "--scan_results", str(without_dot)])

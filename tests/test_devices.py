@@ -1,12 +1,11 @@
-"""Which devices a run records, and how scripts/compare.py (sweep.py's runner too) spreads its processes over a
-machine."""
+"""Which devices a run records, and how a study's training processes (studies/jobs.py) spread over a machine."""
 
 import os
 import threading
 
 import pytest
 
-from scripts import compare
+from studies import jobs
 from training import devices
 
 GPUS = {"platform": "gpu", "device_kind": "NVIDIA H100 80GB HBM3", "device_count": 4, "process_count": 1,
@@ -69,7 +68,7 @@ def test_concurrent_jobs_never_share_a_slot(monkeypatch, tmp_path):
             running.remove(env["CUDA_VISIBLE_DEVICES"])
         return True
 
-    monkeypatch.setattr(compare, "_train_timed", lambda command, workdir, env: (fake_train(command, workdir, env), 0.0))
-    jobs = [(f"job{i}", ["train"], str(tmp_path / str(i))) for i in range(6)]
-    assert len(list(compare.train_all(jobs, environments))) == 6
+    monkeypatch.setattr(jobs, "_train_timed", lambda command, workdir, env: (fake_train(command, workdir, env), 0.0))
+    labelled = [(f"job{i}", ["train"], str(tmp_path / str(i))) for i in range(6)]
+    assert len(list(jobs.train_all(labelled, environments))) == 6
     assert sorted(set(seen)) == ["0", "1"]

@@ -1,4 +1,5 @@
-"""analysis/kernel_approx.py against closed forms; scripts/kernel_approx.py end to end on a small study."""
+"""analysis/kernel_approx.py against closed forms; demos/kernel_approx.py end to end, through python -m
+scripts.kernel_approx, on a small study."""
 import json
 import math
 
@@ -6,8 +7,8 @@ import jax
 import numpy as np
 import pytest
 
+import scripts.kernel_approx
 from analysis import kernel_approx
-from scripts import kernel_approx as kernel_approx_script
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 DIM = 4
@@ -50,7 +51,7 @@ def test_exp_limit_error_matches_closed_form(n, cosine):
 def outputs(tmp_path_factory):
     """The script's JSON and PNG for a small study, and its printed report."""
     out = tmp_path_factory.mktemp("kernel_approx")
-    kernel_approx_script.main(["--dim", str(DIM), "--out", str(out), "--seed", "1", "--pairs", "16", "--draws", "8"])
+    scripts.kernel_approx.main(["--dim", str(DIM), "--out", str(out), "--seed", "1", "--pairs", "16", "--draws", "8"])
     with open(out / "kernel_approx.json") as f:
         return json.load(f), (out / "kernel_approx.png").read_bytes()
 

@@ -1,8 +1,9 @@
 """The packages' dependencies point one way: attention <- models <- training <- tasks, data beside them, and
 no module imports itself back, not even through importlib. A model is handed what it needs of a dataset (its
 special ids, its sizes); it never imports the data pipeline. A task is known by name only to its own module,
-config, dataset and tests. And functions stay short enough to read at a glance, config files aside (one
-field per line)."""
+config, dataset and tests. The packages over runs, benchmarks, studies and demos, sit on top side by side:
+none imports another. scripts/ holds the command lines over all of them, and no package imports it. And
+functions stay short enough to read at a glance, config files aside (one field per line)."""
 import ast
 import pathlib
 
@@ -11,11 +12,13 @@ import pytest
 import tasks
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+TOOLS = ("benchmarks", "studies", "demos")
 FORBIDDEN = {"attention": {"models", "data", "training", "tasks", "configs"},
              "models": {"data", "training", "tasks", "configs"},
              "analysis": {"training", "tasks", "configs"},
-             "training": {"configs"}, "tasks": {"configs"}}
-PACKAGES = ("attention", "models", "data", "training", "tasks", "analysis", "configs", "scripts")
+             "training": {"configs", *TOOLS}, "tasks": {"configs", *TOOLS},
+             **{tool: set(TOOLS) - {tool} for tool in TOOLS}}
+PACKAGES = ("attention", "models", "data", "training", "tasks", "analysis", "configs", *TOOLS, "scripts")
 
 
 def _imported_packages(path: pathlib.Path) -> set[str]:
@@ -26,14 +29,22 @@ def _imported_packages(path: pathlib.Path) -> set[str]:
 
 
 @pytest.mark.parametrize("package", sorted(FORBIDDEN))
-def test_lower_packages_import_nothing_from_higher_ones(package):
+def test_no_package_imports_what_it_must_not(package):
     crossings = {str(path.relative_to(ROOT)): sorted(_imported_packages(path) & FORBIDDEN[package])
                  for path in sorted((ROOT / package).glob("*.py"))}
     assert {path: packages for path, packages in crossings.items() if packages} == {}
 
 
+def test_nothing_but_scripts_imports_scripts():
+    """No package (the tests, which run the scripts, aside), nor train.py or eval.py."""
+    packages = [path.parent for path in sorted(ROOT.glob("*/__init__.py")) if path.parent.name != "scripts"]
+    assert {"training", *TOOLS} <= {package.name for package in packages}
+    paths = [path for package in packages for path in sorted(package.rglob("*.py"))] + sorted(ROOT.glob("*.py"))
+    assert [str(path.relative_to(ROOT)) for path in paths if "scripts" in _imported_packages(path)] == []
+
+
 MAX_FUNCTION_LINES = 50
-SOURCES = ("attention", "models", "data", "training", "tasks", "analysis", "scripts", "tests")
+SOURCES = ("attention", "models", "data", "training", "tasks", "analysis", *TOOLS, "scripts", "tests")
 
 
 def test_no_function_is_longer_than_fifty_lines():
@@ -107,7 +118,7 @@ def test_no_module_imports_itself_back_even_through_importlib():
     modules = _lab_modules()
     graph = {name: _imports(name, path, modules) for name, path in modules.items()}
     assert graph["tasks"] >= {f"tasks.{task}" for task in tasks.names()}  # the discovery is seen
-    assert graph["configs.studies"] >= {f"configs.{task}" for task in tasks.names()}
+    assert graph["studies.catalog"] >= {f"configs.{task}" for task in tasks.names()}
     assert _cycle(graph) is None
 
 

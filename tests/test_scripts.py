@@ -1,5 +1,5 @@
-"""scripts/summarize_runs.py on hand-written eval.json files; what the scripts say of unreadable ones; every
-script's command line (python -m scripts.<name>, absl flags)."""
+"""studies/summaries.py (python -m scripts.summarize_runs) on hand-written eval.json files; what the scripts
+say of unreadable ones; every script's command line (python -m scripts.<name>, absl flags)."""
 import importlib
 import inspect
 import json
@@ -13,6 +13,7 @@ import pytest
 
 import scripts
 from scripts import command_line, compare, summarize_runs
+from studies import jobs, summaries
 from training.workdirs import WorkdirError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,9 +34,9 @@ def test_tables_average_ranks_over_layers_and_heads(tmp_path):
                  _row("decoder_self", 0, 0, 6.0, None), _row("cross", 0, 0, 5.0, None)],
     }
     (tmp_path / "eval.json").write_text(json.dumps(result))
-    results = {str(tmp_path): summarize_runs.load(str(tmp_path))}
-    assert summarize_runs.metrics_table(results).splitlines()[2] == f"| {tmp_path} | linear/softmax | 0.5000 | 1.2500 |"
-    rows = summarize_runs.rank_table(results).splitlines()[2:]
+    results = {str(tmp_path): summaries.load(str(tmp_path))}
+    assert summaries.metrics_table(results).splitlines()[2] == f"| {tmp_path} | linear/softmax | 0.5000 | 1.2500 |"
+    rows = summaries.rank_table(results).splitlines()[2:]
     assert rows == [f"| {tmp_path} | encoder_self | linear | 6 | 3.00 | 1.50 | 1.00 | 4 |",
                     f"| {tmp_path} | decoder_self | linear | 6 | 6.00 | 3.00 | 1.00 | - |",
                     f"| {tmp_path} | cross | softmax | 6 | 5.00 | 2.50 | 1.00 | - |"]
@@ -51,14 +52,14 @@ def _eval_json(directory, task, metrics, rank=()):
 def test_runs_of_two_tasks_get_a_metrics_table_each(tmp_path):
     translation = _eval_json(tmp_path / "scan", "translation", {"exact_match": 0.5})
     mlm = _eval_json(tmp_path / "mlm", "mlm", {"masked_accuracy": 0.25}, [_row("encoder_self", 0, 0, 2.0, 4)])
-    results = {workdir: summarize_runs.load(workdir) for workdir in (translation, mlm)}
-    first, second = summarize_runs.metrics_table(results).split("\n\n")
+    results = {workdir: summaries.load(workdir) for workdir in (translation, mlm)}
+    first, second = summaries.metrics_table(results).split("\n\n")
     assert first.splitlines()[0] == "| run | attention | exact_match |"
     assert first.splitlines()[2:] == [f"| {translation} | softmax | 0.5000 |"]
     assert second.splitlines()[0] == "| run | attention | masked_accuracy |"
     assert second.splitlines()[2:] == [f"| {mlm} | softmax | 0.2500 |"]
     # The translation run has no rank rows for its role: the rank table leaves it out.
-    assert [row.split(" | ")[0] for row in summarize_runs.rank_table(results).splitlines()[2:]] == [f"| {mlm}"]
+    assert [row.split(" | ")[0] for row in summaries.rank_table(results).splitlines()[2:]] == [f"| {mlm}"]
 
 
 @pytest.mark.parametrize("content, reason", [
@@ -75,13 +76,13 @@ def test_an_unreadable_eval_json_is_named_with_its_reason(tmp_path, content, rea
 def test_compare_treats_an_eval_json_cut_short_as_unfinished_and_names_a_bad_config_json(tmp_path, capsys):
     (tmp_path / "config.json").write_text(json.dumps({"num_train_steps": 10}))
     (tmp_path / "eval.json").write_text("{\"step\": 1")
-    assert not compare.is_finished(str(tmp_path))
+    assert not jobs.is_finished(str(tmp_path))
     assert f"warning: {tmp_path / 'eval.json'}: not readable as JSON" in capsys.readouterr().out
     (tmp_path / "eval.json").write_text(json.dumps({"step": 10}))
-    assert compare.is_finished(str(tmp_path))
+    assert jobs.is_finished(str(tmp_path))
     (tmp_path / "config.json").write_bytes(b"\xff\xfe")
     with pytest.raises(WorkdirError, match=re.escape(f"{tmp_path / 'config.json'}: not readable as JSON")):
-        compare.is_finished(str(tmp_path))
+        jobs.is_finished(str(tmp_path))
 
 
 @pytest.mark.parametrize("name", SCRIPTS)

@@ -1,5 +1,6 @@
-"""sweeps/*.yaml and scripts/sweep.py: each file is what its study generates, the agent's runs are the study's
-configs, a sweep file runs locally through scripts/compare.py, and the W&B identity of an agent's run."""
+"""sweeps/*.yaml and studies/sweeps.py (python -m scripts.sweep): each file is what its study generates, the
+agent's runs are the study's configs, a sweep file runs locally through the study runner, and the W&B identity
+of an agent's run."""
 import glob
 import itertools
 import os
@@ -11,8 +12,9 @@ from absl import flags
 from ml_collections import config_flags
 
 import tasks
-from configs import grids, studies
-from scripts import compare, sweep
+from configs import grids
+from scripts import sweep
+from studies import catalog, jobs, runner, sweeps
 from training import loop, metrics, validate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -24,19 +26,19 @@ MACROS = ("${env}", "${interpreter}", "${program}", "${args}")
 
 def test_each_sweep_file_is_what_its_study_generates():
     paths = sorted(os.path.relpath(path, ROOT) for path in glob.glob(os.path.join(ROOT, "sweeps", "*.yaml")))
-    assert paths == sorted(sweep.sweep_path(task, preset) for task, preset in sweep.SWEEPS)
-    for task, preset in sweep.SWEEPS:
-        with open(os.path.join(ROOT, sweep.sweep_path(task, preset))) as f:
-            assert f.read() == sweep.sweep_text(task, preset), "stale: python -m scripts.sweep --generate"
+    assert paths == sorted(sweeps.sweep_path(task, preset) for task, preset in catalog.sweeps())
+    for task, preset in catalog.sweeps():
+        with open(os.path.join(ROOT, sweeps.sweep_path(task, preset))) as f:
+            assert f.read() == sweeps.sweep_text(task, preset), "stale: python -m scripts.sweep --generate"
 
 
 def test_generate_writes_the_committed_files(tmp_path, monkeypatch, capsys):
     (tmp_path / "sweeps").mkdir()
-    monkeypatch.setattr(compare, "ROOT", str(tmp_path))
+    monkeypatch.setattr(jobs, "ROOT", str(tmp_path))
     sweep.main(["--generate"])
     output = capsys.readouterr().out
-    for task, preset in sweep.SWEEPS:
-        path = sweep.sweep_path(task, preset)
+    for task, preset in catalog.sweeps():
+        path = sweeps.sweep_path(task, preset)
         assert (tmp_path / path).read_text() == open(os.path.join(ROOT, path)).read() and str(tmp_path / path) in output
 
 
@@ -63,11 +65,11 @@ def _agent_commands(definition: dict):
         yield point, argv
 
 
-@pytest.mark.parametrize("task, preset", sweep.SWEEPS)
+@pytest.mark.parametrize("task, preset", catalog.sweeps())
 def test_the_agents_runs_are_the_studys_configs_each_at_its_seeds(task, preset, monkeypatch):
     monkeypatch.chdir(ROOT)  # the agent runs from the repository root: --config is relative to it
-    study = studies.get_study(task, preset)
-    with open(sweep.sweep_path(task, preset)) as f:
+    study = catalog.get_study(task, preset)
+    with open(sweeps.sweep_path(task, preset)) as f:
         definition = yaml.safe_load(f)
     assert definition["method"] == "grid" and os.path.exists(definition["program"])
     started = {}
@@ -81,9 +83,9 @@ def test_the_agents_runs_are_the_studys_configs_each_at_its_seeds(task, preset, 
             assert field == value, name
         validate.validate(config)
         overrides = {name.removeprefix("config."): value for name, value in point.items() if name != "config.seed"}
-        started.setdefault(frozenset(sweep.identity(overrides).items()), set()).add(point["config.seed"])
+        started.setdefault(frozenset(sweeps.identity(overrides).items()), set()).add(point["config.seed"])
     # W&B's grid repeats a run once per value of an option its kind ignores: the same config, trained again.
-    runs = [frozenset(sweep.identity({**study.overrides, **run.overrides}).items()) for run in study.runs]
+    runs = [frozenset(sweeps.identity({**study.overrides, **run.overrides}).items()) for run in study.runs]
     assert len(started) == len(runs) < len(list(_agent_commands(definition))) // study.seeds
     assert started == {run: set(range(study.seeds)) for run in runs}
 
@@ -93,37 +95,37 @@ def test_only_a_study_whose_runs_are_a_grid_is_a_sweep():
         grids.Run("softmax", {"attention.name": "softmax"}),
         *(grids.Run(f"performer_m{m}", {"attention.name": "performer", "attention.num_features": m})
           for m in (8, 16))], seeds=1)
-    assert sweep.grid("kinds", kinds) == {"attention.name": ["softmax", "performer"],
+    assert sweeps.grid("kinds", kinds) == {"attention.name": ["softmax", "performer"],
                                           "attention.num_features": [8, 16]}
     # softmax without the pooling field would train with mean pooling in a grid of both.
     heads = grids.Study("configs/listops.py", {}, [
         grids.Run("softmax", {"attention.name": "softmax"}),
         grids.Run("softmax_mean", {"attention.name": "softmax", "model.pooling": "mean"})], seeds=1)
     with pytest.raises(ValueError, match="study heads: its 2 runs are not the 1 configs"):
-        sweep.grid("heads", heads)
+        sweeps.grid("heads", heads)
     with pytest.raises(ValueError, match="study translation-full: its 15 runs are not the 16 configs"):
-        sweep.definition("translation", "full")
+        sweeps.definition("translation", "full")
 
 
 # --- a sweep file run locally ----------------------------------------------------------------------------
 
 
-def test_a_sweep_file_runs_its_study_through_compare_and_an_edited_one_is_refused(tmp_path, monkeypatch):
+def test_a_sweep_file_runs_its_study_through_the_runner_and_an_edited_one_is_refused(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(compare, "run_study", lambda *args: calls.append(args))
+    monkeypatch.setattr(runner, "run_study", lambda *args: calls.append(args))
     monkeypatch.chdir(ROOT)
-    path = sweep.sweep_path(*sweep.SWEEPS[0])
+    path = sweeps.sweep_path(*catalog.sweeps()[0])
     argv = [path, "--jobs=2", "--only=softmax", f"--runs_dir={tmp_path}", "--", "--config.num_train_steps=10"]
     sweep.main(argv)
     [(task, preset, options, extra, command)] = calls
-    assert (task, preset) == sweep.SWEEPS[0] and extra == ["--config.num_train_steps=10"]
+    assert (task, preset) == catalog.sweeps()[0] and extra == ["--config.num_train_steps=10"]
     assert (options.jobs, options.only, options.runs_dir, options.seeds) == (2, "softmax", str(tmp_path), None)
     assert command == "python -m scripts.sweep " + " ".join(argv)
 
     edited = tmp_path / "edited.yaml"
     shutil.copy(path, edited)
     edited.write_text(edited.read_text().replace("goal: maximize", "goal: minimize"))
-    with pytest.raises(SystemExit, match=f"{edited}: not the sweep file of a study in SWEEPS"):
+    with pytest.raises(SystemExit, match=f"{edited}: not the sweep file of a study marked `sweep`"):
         sweep.main([str(edited)])
     assert len(calls) == 1
 

@@ -1,0 +1,144 @@
+"""Training speed of whole configs: time per step, tokens/s and achieved FLOP/s against a dense matmul's,
+measured in one run: the measurement and report of `python -m scripts.bench_train`, whose docstring (its
+--help) states the method."""
+import importlib
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import logging
+
+import tasks
+from benchmarks.common import counted_flops, machine, write_reports
+from data.prefetch import prefetch
+from training import sharding, steps, validate
+
+BATCH_SOURCES = ("fixed", "host", "prefetch")
+
+
+def load_config(spec: str):
+    """The config of `configs/<task>.py[:presets]`."""
+    path, _, arg = spec.partition(":")
+    directory, task = os.path.split(os.path.splitext(path)[0])
+    if directory != "configs" or task not in tasks.names():
+        raise SystemExit(f"--configs: {path!r} is not a task's config: configs/<task>.py, task one of "
+                         f"{', '.join(tasks.names())}")
+    config = importlib.import_module(f"configs.{task}").get_config(arg or None)
+    config.wandb.mode = "disabled"
+    validate.validate(config)
+    return config
+
+
+class Bench:
+    """One config's compiled train step, its batches and its state, ready to time."""
+
+    def __init__(self, spec: str, workdir: str):
+        self.spec = spec
+        config = load_config(spec)
+        task = tasks.get(config.task)
+        data = task.prepare_data(config, workdir)
+        optimizer = steps.create_optimizer(config)
+        graphdef, self.state = steps.init_state(task.create_model(config, data), optimizer)
+        train_step = steps.make_train_step(graphdef, optimizer, task.metric_sums, jax.random.key(0),
+                                           compute_dtype=config.compute_dtype)
+        batch_size = config.per_device_batch_size * jax.local_device_count()
+        mesh = sharding.data_mesh()
+        self.make_batch = lambda step: sharding.put_batch(task.train_batch(config, data, batch_size, step), mesh)
+        self.next_step = 0  # of the batches made while timed: each timed step reads a new one
+        self.batches = [task.train_batch(config, data, batch_size, step) for step in range(4)]
+        self.tokens = float(np.mean([task.input_tokens(batch) for batch in self.batches]))
+        compiled = train_step.lower(self.state, self.batches[0]).compile()
+        self.flops = counted_flops(compiled)
+        self.step = train_step
+
+    def run(self, num_steps: int, source: str = "fixed") -> float:
+        """Seconds per step over `num_steps` steps with batches from `source` (one host sync at the end)."""
+        steps = range(self.next_step, self.next_step + num_steps)
+        self.next_step += num_steps
+        started = time.perf_counter()
+        if source == "fixed":
+            batches = (self.batches[step % len(self.batches)] for step in steps)
+        elif source == "host":
+            batches = (self.make_batch(step) for step in steps)
+        else:
+            batches = prefetch(self.make_batch, steps)
+        for batch in batches:
+            self.state, metrics = self.step(self.state, batch)
+        jax.block_until_ready(metrics)
+        return (time.perf_counter() - started) / num_steps
+
+
+def matmul_flops_per_sec(size: int = 1024, repeats: int = 20) -> float:
+    """Achieved FLOP/s of a float32 size x size matmul: the machine's dense reference."""
+    a = jax.random.normal(jax.random.key(0), (size, size), jnp.float32)
+    matmul = jax.jit(lambda x: x @ a)
+    x = matmul(a).block_until_ready()
+    started = time.perf_counter()
+    for _ in range(repeats):
+        x = matmul(x)
+    x.block_until_ready()
+    return 2 * size**3 * repeats / (time.perf_counter() - started)
+
+
+def measure(specs: list[str], sources: list[str], rounds: int, steps_per_round: int, workdir: str) -> dict:
+    os.makedirs(workdir, exist_ok=True)
+    benches = []
+    for spec in specs:
+        print(f"compiling {spec} ...", flush=True)
+        benches.append(Bench(spec, workdir))
+        for source in sources:  # device batches are committed to the mesh: the step compiles for them too
+            benches[-1].run(2, source)
+    times = {(bench.spec, source): [] for bench in benches for source in sources}
+    peak = []
+    for round_index in range(rounds):
+        peak.append(matmul_flops_per_sec())
+        for bench in benches:
+            for source in sources:
+                times[bench.spec, source].append(bench.run(steps_per_round, source))
+        print(f"round {round_index + 1}/{rounds}: " + ", ".join(
+            f"{spec} ({source}) {1e3 * values[-1]:.1f} ms" for (spec, source), values in times.items()), flush=True)
+    matmul = float(np.median(peak))
+    rows = []
+    for bench in benches:
+        for source in sources:
+            seconds = float(np.median(times[bench.spec, source]))
+            achieved = None if bench.flops is None else bench.flops / seconds
+            rows.append({"config": bench.spec, "batches": source, "ms_per_step": 1e3 * seconds,
+                         "tokens_per_step": bench.tokens, "tokens_per_sec": bench.tokens / seconds,
+                         "flops_per_step": bench.flops, "flops_per_sec": achieved,
+                         "fraction_of_matmul": None if achieved is None else achieved / matmul,
+                         "ms_per_step_rounds": [1e3 * t for t in times[bench.spec, source]]})
+    return {"machine": machine(matmul_precision=False), "matmul_flops_per_sec": matmul, "rounds": rounds,
+            "steps_per_round": steps_per_round, "configs": rows}
+
+
+def table(result: dict) -> str:
+    first = result["configs"][0]["ms_per_step"]
+    lines = ["| config | batches | ms/step | x first | tokens/s | GFLOP/step | GFLOP/s | of matmul |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for row in result["configs"]:
+        flops = "-" if row["flops_per_step"] is None else f"{row['flops_per_step'] / 1e9:.2f}"
+        rate = "-" if row["flops_per_sec"] is None else f"{row['flops_per_sec'] / 1e9:.1f}"
+        fraction = "-" if row["fraction_of_matmul"] is None else f"{100 * row['fraction_of_matmul']:.0f}%"
+        lines.append(f"| `{row['config']}` | {row['batches']} | {row['ms_per_step']:.1f} | "
+                     f"{row['ms_per_step'] / first:.2f} | {row['tokens_per_sec']:,.0f} | {flops} | {rate} | "
+                     f"{fraction} |")
+    lines.append(f"\nDense float32 1024x1024 matmul in the same run: "
+                 f"{result['matmul_flops_per_sec'] / 1e9:.1f} GFLOP/s.")
+    return "\n".join(lines)
+
+
+def run(options) -> dict:
+    """The benchmark as the flags of scripts/bench_train.py (`options`) ask: measured, written under
+    options.out (train.json and train.md), its table printed; returns the result."""
+    logging.set_verbosity(logging.WARNING)
+    sources = options.batches.split(",")
+    if unknown := sorted(set(sources) - set(BATCH_SOURCES)):
+        raise SystemExit(f"--batches: {', '.join(unknown)} not one of {', '.join(BATCH_SOURCES)}")
+    result = measure(options.configs.split(","), sources, options.rounds, options.steps_per_round, options.workdir)
+    paths = write_reports(result, options.out, "train", lambda measured: table(measured) + "\n")
+    print(table(result))
+    print(f"written: {paths[0]}, train.md")
+    return result

@@ -1,0 +1,120 @@
+"""The training processes of a study: train.py's command line for one (run, seed), whether its workdir holds
+a finished run, and the unfinished ones trained in parallel, one process per device (training/devices.py)."""
+import concurrent.futures
+import os
+import queue
+import subprocess
+import sys
+import time
+
+from configs.grids import Run, Study
+from training import devices
+from training.workdirs import CONFIG_FILE, WorkdirError, read_json
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+Job = tuple[str, list[str], str]  # (label, train.py command, workdir) of one (run, seed)
+
+
+def train_command(study: Study, run: Run, seed: int, workdir: str, group: str, extra: list[str]) -> list[str]:
+    """train.py's command line: the study's overrides, then the run's, then `extra` (the last wins)."""
+    overrides = {**study.overrides, **run.overrides}
+    return [
+        sys.executable,
+        os.path.join(ROOT, "train.py"),
+        f"--config={os.path.join(ROOT, study.config)}",
+        f"--workdir={workdir}",
+        f"--config.seed={seed}",
+        *(f"--config.{key}={value}" for key, value in overrides.items()),
+        f"--config.wandb.group={group}",
+        *extra,
+    ]
+
+
+def is_finished(workdir: str) -> bool:
+    """eval.json exists and was written at the last step of the config the run trained with. An eval.json
+    that does not read (a write cut short) is no result: training again resumes from the last checkpoint
+    and writes it anew."""
+    eval_path, config_path = os.path.join(workdir, "eval.json"), os.path.join(workdir, CONFIG_FILE)
+    if not (os.path.exists(eval_path) and os.path.exists(config_path)):
+        return False
+    try:
+        step = read_json(eval_path).get("step")
+    except WorkdirError as error:
+        print(f"warning: {error}; the run will be evaluated again", flush=True)
+        return False
+    return step == read_json(config_path).get("num_train_steps")
+
+
+def train(command: list[str], workdir: str, env: dict[str, str] | None) -> bool:
+    """Runs train.py, appending its output to <workdir>/train.log; True when it exited cleanly."""
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, "train.log"), "a") as log:
+        return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env).returncode == 0
+
+
+def _train_timed(command: list[str], workdir: str, env: dict[str, str] | None) -> tuple[bool, float]:
+    started = time.time()
+    # A clean exit without eval.json at the last step (e.g. a resumed run with fewer steps) is no success.
+    ok = train(command, workdir, env) and is_finished(workdir)
+    return ok, time.time() - started
+
+
+def train_all(jobs: list[Job], environments: list[dict | None]):
+    """Trains the jobs, one per environment at a time (devices.job_environments: each pinned to its
+    device); yields (label, workdir, ok, seconds) as each ends.
+
+    The first job runs alone: it builds the dataset and tokenizer in the shared data directory, which
+    parallel processes would otherwise race to build.
+    """
+    if not jobs:
+        return
+    (label, command, workdir), rest = jobs[0], jobs[1:]
+    yield (label, workdir, *_train_timed(command, workdir, environments[0]))
+    free = queue.Queue()
+    for env in environments:
+        free.put(env)
+
+    def train_on_free_slot(command, workdir):
+        env = free.get()
+        try:
+            return _train_timed(command, workdir, env)
+        finally:
+            free.put(env)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(environments)) as pool:
+        futures = {pool.submit(train_on_free_slot, command, workdir): (label, workdir)
+                   for label, command, workdir in rest}
+        for future in concurrent.futures.as_completed(futures):
+            yield (*futures[future], *future.result())
+
+
+def job_environments(workers: int | None) -> list[dict | None]:
+    """One environment per concurrent training process: `workers` of them, or by default one per
+    accelerator of this machine (one per CPU core without one); see training/devices.py."""
+    if workers == 1:
+        return [None]
+    info = devices.probe()
+    workers = workers or devices.default_jobs(info)
+    print(f"{workers} training process(es) at once on {devices.describe(info)}", flush=True)
+    return devices.job_environments(info, workers)
+
+
+def run_jobs(jobs: list[Job], workers: int | None) -> list[str]:
+    """Trains the unfinished jobs, `workers` at a time (None: `job_environments`' default), printing a
+    progress line as each ends (and one for each job finished earlier, skipped); returns the labels of the
+    jobs that failed."""
+    skipped = [job for job in jobs if is_finished(job[2])]
+    pending = [job for job in jobs if job not in skipped]
+    for index, (label, _, _) in enumerate(skipped, 1):
+        print(f"[{index}/{len(jobs)}] {label}: finished earlier, skipped", flush=True)
+    failed = []
+    try:
+        environments = job_environments(workers) if pending else [None]
+    except ValueError as error:
+        raise SystemExit(str(error)) from None
+    for index, (label, workdir, ok, seconds) in enumerate(train_all(pending, environments), len(skipped) + 1):
+        status = "done" if ok else f"FAILED (see {os.path.join(workdir, 'train.log')})"
+        print(f"[{index}/{len(jobs)}] {label}: {status} in {seconds:.0f}s", flush=True)
+        if not ok:
+            failed.append(label)
+    return failed
