@@ -54,6 +54,8 @@ def define_study_flags(flag_values: flags.FlagValues) -> None:
     flags.DEFINE_integer("jobs", None, "training processes at once (default: one per GPU, one on a TPU, one per "
                          "CPU core without them)", lower_bound=1, flag_values=flag_values)
     flags.DEFINE_string("only", "", "comma-separated subset of the study's run names", flag_values=flag_values)
+    flags.DEFINE_string("part", "", "k/n: train the k-th of n consecutive slices of the runs (after --only); the "
+                        "report merges what every part recorded (runs.json beside it)", flag_values=flag_values)
     flags.DEFINE_string("runs_dir", "runs/compare", "workdirs go to <runs_dir>/<task>/<preset>",
                         flag_values=flag_values)
     flags.DEFINE_string("reports_dir", "reports", "the report goes to <reports_dir>/<task>[/<preset>]",

@@ -1,6 +1,8 @@
-"""A study run: its runs and seeds (STUDIES in configs/<task>.py), each in its workdir, trained by jobs.py; the finished
-ones read back, each group of alternative runs reduced to the one chosen on validation, and reported
-(analysis/report.py) with their validation curves."""
+"""A study run: its runs and seeds (STUDIES in configs/<task>.py), each in its workdir, trained by jobs.py; the
+finished ones read back and recorded beside the report (runs.json, merged with what earlier parts recorded, so
+that a study can run in parts, in several sittings and on several machines), each group of alternative runs
+reduced to the one chosen on validation, and reported (analysis/report.py) with their validation curves."""
+import json
 import os
 
 import tasks
@@ -11,17 +13,35 @@ from studies.jobs import Job, is_finished, run_jobs, train_command
 from training.metrics import read_metrics
 from training.workdirs import WorkdirError, read_json
 
+RUNS_JSON = "runs.json"
 
-def select_runs(study: Study, only: str) -> list[Run]:
-    """The study's runs named in `only` (all when empty); an unknown name is an error."""
+
+def part_runs(runs: list[Run], part: str) -> list[Run]:
+    """Part "k/n" of `runs`: the k-th of n consecutive slices about equal in runs, a group of alternatives
+    (Run.group) never split; all of them for an empty `part`."""
+    if not part:
+        return runs
+    index, count = (int(number) for number in part.split("/"))
+    if not 1 <= index <= count:
+        raise ValueError(f"--part={part}: k/n with 1 <= k <= n")
+    units = [[run for run in runs if (run.group or run.name) == key]
+             for key in dict.fromkeys(run.group or run.name for run in runs)]
+    bounds = [round(i * len(runs) / count) for i in range(count + 1)]
+    starts = [sum(len(unit) for unit in units[:i]) for i in range(len(units))]
+    return [run for unit, start in zip(units, starts) if bounds[index - 1] <= start < bounds[index] for run in unit]
+
+
+def select_runs(study: Study, only: str, part: str = "") -> list[Run]:
+    """The study's runs named in `only` (all when empty), then part `part` of them (part_runs); an unknown
+    name is an error."""
     if not only:
-        return study.runs
+        return part_runs(study.runs, part)
     known = [run.name for run in study.runs]
     wanted = only.split(",")
     unknown = [name for name in wanted if name not in known]
     if unknown:
         raise ValueError(f"unknown runs {', '.join(unknown)}; this study's runs: {', '.join(known)}")
-    return [run for run in study.runs if run.name in wanted]
+    return part_runs([run for run in study.runs if run.name in wanted], part)
 
 
 def run_workdir(runs_dir: str, task: str, preset: str, run: Run, seed: int) -> str:
@@ -45,29 +65,42 @@ def _result(workdir: str) -> dict:
     return {**read_json(os.path.join(workdir, "eval.json")), "validation": final_validation(workdir)}
 
 
-def load_results(workdirs: dict[str, list[str]]) -> tuple[dict[str, list[dict]], dict[str, dict], int | None]:
-    """From run name -> its seeds' workdirs: the finished seeds' results (`_result`) per run (runs without
-    one left out), the first finished seed's spectra.json where it exists, and the head dim of the runs'
-    models (None where they differ, e.g. the Transformer beside the RNN: no one width to compare with)."""
-    results, spectra, head_dims = {}, {}, set()
-    for name, seed_workdirs in workdirs.items():
-        finished = [workdir for workdir in seed_workdirs if is_finished(workdir)]
-        if not finished:
-            continue
-        results[name] = [_result(workdir) for workdir in finished]
-        spectra_path = os.path.join(finished[0], "spectra.json")
-        if os.path.exists(spectra_path):
-            spectra[name] = read_json(spectra_path)
-        model = read_json(os.path.join(finished[0], "config.json"))["model"]
-        head_dims.add(model["d_model"] // model["num_heads"])
-    return results, spectra, head_dims.pop() if len(head_dims) == 1 else None
+def run_record(seed_workdirs: list[str]) -> dict | None:
+    """What the report needs of a run's finished seeds: their results (`_result`), the first one's spectra
+    (None without) and each seed's periodic evaluations from metrics.jsonl (its curve); None when no seed
+    has finished."""
+    finished = [workdir for workdir in seed_workdirs if is_finished(workdir)]
+    if not finished:
+        return None
+    spectra_path = os.path.join(finished[0], "spectra.json")
+    return {"results": [_result(workdir) for workdir in finished],
+            "spectra": read_json(spectra_path) if os.path.exists(spectra_path) else None,
+            "curves": [[record for record in read_metrics(workdir) if record["split"] == "eval"]
+                       for workdir in finished]}
 
 
-def curve_records(results: dict[str, list[dict]], workdirs: dict[str, list[str]]) -> dict[str, list[list[dict]]]:
-    """Per run of the report, the metrics.jsonl records of its finished seeds (of the run chosen on validation,
-    for a group: `select_by_validation`)."""
-    return {name: [read_metrics(workdir) for workdir in workdirs[evals[0]["run"]] if is_finished(workdir)]
-            for name, evals in results.items()}
+def recorded_runs(workdirs: dict[str, list[str]], out_dir: str, study: Study) -> dict[str, dict]:
+    """Run name -> its record (`_record`), for every run of the study that finished here or that runs.json in
+    `out_dir` recorded (an earlier part's); a run finished here replaces its recorded one. Writes the union
+    back to runs.json."""
+    path = os.path.join(out_dir, RUNS_JSON)
+    recorded = read_json(path) if os.path.exists(path) else {}
+    local = {name: record for name, seed_workdirs in workdirs.items() if (record := run_record(seed_workdirs))}
+    merged = {run.name: local.get(run.name) or recorded.get(run.name) for run in study.runs}
+    merged = {name: record for name, record in merged.items() if record}
+    if merged:
+        os.makedirs(out_dir, exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(merged, f, indent=1)
+    return merged
+
+
+def head_dim(results: dict[str, list[dict]]) -> int | None:
+    """The head dim of the runs' models, from the config each eval.json records; None where they differ
+    (the Transformer beside the RNN: no one width to compare with)."""
+    dims = {result["config"]["model"]["d_model"] // result["config"]["model"]["num_heads"]
+            for evals in results.values() for result in evals}
+    return dims.pop() if len(dims) == 1 else None
 
 
 def select_by_validation(task: str, results: dict[str, list[dict]],
@@ -96,41 +129,43 @@ def _jobs(study: Study, runs: list[Run], seeds: range, workdirs: dict[str, list[
             for run in runs for seed, workdir in zip(seeds, workdirs[run.name])]
 
 
-def _write_report(task: str, preset: str, command: str, results: dict[str, list[dict]],
-                  workdirs: dict[str, list[str]], out_dir: str, spectra: dict, head_dim: int | None) -> None:
-    """The report of the results (run name -> seeds' results), curves.png from their workdirs' metrics."""
-    records = curve_records(results, workdirs)
-    if any(record["split"] == "eval" for seeds in records.values() for lines in seeds for record in lines):
-        plots.plot_validation_curves(records, tasks.get(task).METRICS[0],
-                                     os.path.join(out_dir, plots.CURVES_PLOT))
+def _write_report(task: str, preset: str, command: str, runs: dict[str, dict], selected: dict[str, list[dict]],
+                  out_dir: str) -> None:
+    """The report of the selected results (report name -> seeds' results, each naming the run it came from),
+    curves.png from the recorded periodic evaluations of those runs."""
+    chosen = {name: runs[evals[0]["run"]] for name, evals in selected.items()}
+    curves = {name: record["curves"] for name, record in chosen.items()}
+    if any(lines for seeds in curves.values() for lines in seeds):
+        plots.plot_validation_curves(curves, tasks.get(task).METRICS[0], os.path.join(out_dir, plots.CURVES_PLOT))
     else:  # e.g. trained on the whole released SCAN files: no validation split, no curve
         print("no periodic evaluation in these runs' metrics.jsonl: no curves.png", flush=True)
-    path = report.write_report(tasks.get(task), preset, command, results, spectra, out_dir, head_dim)
-    print(f"\n{report.accuracy_table(tasks.get(task).METRICS, results)}\n\nreport: {path}", flush=True)
+    spectra = {name: record["spectra"] for name, record in chosen.items() if record["spectra"]}
+    path = report.write_report(tasks.get(task), preset, command, selected, spectra, out_dir, head_dim(selected))
+    print(f"\n{report.accuracy_table(tasks.get(task).METRICS, selected)}\n\nreport: {path}", flush=True)
 
 
 def run_study(task: str, preset: str, options, extra: list[str], command: str) -> None:
     """Trains the study (task, preset) as the study flags in `options` say (define_study_flags of
-    scripts/command_line.py), each run with the arguments `extra`, then reports it under `command`, the
-    command line that ran it."""
+    scripts/command_line.py), each run with the arguments `extra`, then reports it, with what earlier parts
+    recorded, under `command`, the command line that ran it."""
     try:
         study = get_study(task, preset)
-        runs = select_runs(study, options.only)
+        runs = select_runs(study, options.only, options.part)
     except ValueError as error:
         raise SystemExit(str(error)) from None
     seeds = range(options.seeds or study.seeds)
     # Absolute: train.py runs in the repository root, while relative flags mean the caller's directory.
     runs_dir = os.path.abspath(options.runs_dir)
     workdirs = {run.name: [run_workdir(runs_dir, task, preset, run, seed) for seed in seeds] for run in runs}
+    out_dir = report_dir(options.reports_dir, task, preset)
     try:  # a workdir's config.json or eval.json that does not read names itself
         failed = run_jobs(_jobs(study, runs, seeds, workdirs, f"{task}-{preset}", extra), options.jobs)
-        results, spectra, head_dim = load_results(workdirs)
+        recorded = recorded_runs(workdirs, out_dir, study)
     except WorkdirError as error:
         raise SystemExit(str(error)) from None
-    results = select_by_validation(task, results, runs)
-    spectra = {name: spectra[evals[0]["run"]] for name, evals in results.items() if evals[0]["run"] in spectra}
-    if results:
-        _write_report(task, preset, command, results, workdirs, report_dir(options.reports_dir, task, preset),
-                      spectra, head_dim)
+    selected = select_by_validation(task, {name: record["results"] for name, record in recorded.items()},
+                                    study.runs)
+    if selected:
+        _write_report(task, preset, command, recorded, selected, out_dir)
     if failed:
         raise SystemExit(f"failed runs: {', '.join(failed)}")

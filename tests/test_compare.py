@@ -5,6 +5,7 @@ import importlib
 import json
 import math
 import os
+import shutil
 
 import pytest
 
@@ -259,17 +260,24 @@ def test_only_selects_runs_and_rejects_unknown_names():
         runner.select_runs(study, "softmax,nope")
 
 
-def test_the_head_dim_is_reported_only_where_every_run_shares_it(tmp_path):
-    def finished(run, model):
-        workdir = str(tmp_path / run)
-        _write_json(os.path.join(workdir, "config.json"), {"num_train_steps": 10, "model": model})
-        _write_json(os.path.join(workdir, "eval.json"), {"step": 10, "rank": []})
-        return [workdir]
+def test_the_head_dim_is_reported_only_where_every_run_shares_it():
+    def results(d_model, num_heads):
+        return [{"config": {"model": {"d_model": d_model, "num_heads": num_heads}}}]
 
-    transformer = finished("transformer", {"d_model": 64, "num_heads": 4})
-    assert runner.load_results({"transformer": transformer})[2] == 16
-    rnn = finished("rnn", {"d_model": 64, "num_heads": 1})
-    assert runner.load_results({"transformer": transformer, "rnn": rnn})[2] is None
+    assert runner.head_dim({"transformer": results(64, 4)}) == 16
+    assert runner.head_dim({"transformer": results(64, 4), "rnn": results(64, 1)}) is None
+
+
+def test_parts_cover_the_runs_once_and_keep_each_group_whole():
+    study = catalog.get_study("recall", "full")  # groups of two learning rates
+    parts = [runner.part_runs(study.runs, f"{k}/3") for k in (1, 2, 3)]
+    assert [run for part in parts for run in part] == study.runs
+    assert all(abs(len(part) - len(study.runs) / 3) <= 2 for part in parts)
+    for part in parts:
+        groups = {run.group for run in part}
+        assert all(sum(run.group == group for run in part) == 2 for group in groups)
+    with pytest.raises(ValueError, match="1 <= k <= n"):
+        runner.part_runs(study.runs, "4/3")
 
 
 RANK_BOUNDS = {"linear": 32, "performer_m32": 32, "performer_m128": 128, "performer_m512": 512, "taylor": 561,
@@ -293,6 +301,7 @@ class FakeTrain:
                     {"num_train_steps": 1000, "model": {"d_model": 64, "num_heads": 2}})
         _write_json(os.path.join(workdir, "eval.json"), {
             "step": 1000, "task": "mlm", "split": "test", "num_examples": 8, "attention": {"encoder_self": kind},
+            "config": {"seed": int(seed.removeprefix("seed")), "model": {"d_model": 64, "num_heads": 2}},
             "metrics": {"masked_accuracy": accuracy, "loss": 1.0, "perplexity": 2.7},
             "rank": [_rank_row("encoder_self", 0, 20.0, RANK_BOUNDS.get(run))]})
         _write_json(os.path.join(workdir, "spectra.json"), {"encoder_self": [[1.0, 0.3, 0.01]]})
@@ -323,6 +332,19 @@ def test_main_trains_every_run_and_seed_then_reports_and_skips_them_next_time(tm
     _main(tmp_path)
     assert again.commands == []
     assert capsys.readouterr().out.count("finished earlier, skipped") == len(study.runs) * study.seeds
+
+
+def test_a_study_in_parts_reports_the_union_of_what_each_part_recorded(tmp_path, monkeypatch):
+    monkeypatch.setattr(jobs, "train", FakeTrain())
+    study = catalog.get_study("mlm", "quick")
+    for part in ("1/2", "2/2"):  # each part on a machine of its own: the first part's workdirs are gone
+        _main(tmp_path, f"--part={part}")
+        shutil.rmtree(tmp_path / "runs")
+    text = (tmp_path / "reports" / "mlm" / "report.md").read_text()
+    assert all(f"| {run.name} | {run.overrides['attention.name']} |" in text for run in study.runs)
+    recorded = json.loads((tmp_path / "reports" / "mlm" / runner.RUNS_JSON).read_text())
+    assert list(recorded) == [run.name for run in study.runs]
+    assert all(len(record["results"]) == study.seeds for record in recorded.values())
 
 
 def test_failed_runs_are_named_and_left_out_of_the_report(tmp_path, monkeypatch, capsys):

@@ -90,19 +90,17 @@ def _finished_run(workdir, lines, steps=20) -> None:
             json.dump(content, f)
 
 
-def test_overlay_of_two_runs_takes_each_runs_finished_seeds_chosen_on_validation(tmp_path):
+def test_overlay_of_two_runs_takes_each_runs_finished_seeds(tmp_path):
     workdirs = {run: [str(tmp_path / run / f"seed{seed}") for seed in range(2)] for run in ("softmax", "linear")}
     _finished_run(workdirs["softmax"][0], _translation_lines(loss_at_10=2.0))
     _finished_run(workdirs["softmax"][1], _translation_lines(loss_at_10=3.0))
     _finished_run(workdirs["linear"][0], [line for line in _translation_lines() if line[1] == "train"])
     _write_metrics(workdirs["linear"][1], _translation_lines())  # unfinished: no eval.json, left out
-    # The report's "lr" is a group whose validation chose the run "linear".
-    results = {"softmax": [{"run": "softmax"}] * 2, "lr": [{"run": "linear"}]}
-    records = runner.curve_records(results, workdirs)
+    records = {run: runner.run_record(seed_workdirs)["curves"] for run, seed_workdirs in workdirs.items()}
     assert [len(seeds) for seeds in records.values()] == [2, 1]
     softmax = [plots.metric_curve(seed, "eval", "loss") for seed in records["softmax"]]
     _assert_curve(plots.mean_curve(softmax), [10, 20], [2.5, 1.5])
-    assert len(plots.metric_curve(records["lr"][0], "eval", "loss")[0]) == 0  # no evaluation line
+    assert len(plots.metric_curve(records["linear"][0], "eval", "loss")[0]) == 0  # no evaluation line
 
     path = plots.plot_validation_curves(records, "exact_match", str(tmp_path / "report" / plots.CURVES_PLOT))
     with open(path, "rb") as f:
@@ -122,6 +120,7 @@ def _fake_train(command, workdir, env):
                              (20, "eval", {"masked_accuracy": 0.3, "loss": 2.5, "perplexity": 12.2})])
     for name, content in (("config.json", {"num_train_steps": 20, "model": {"d_model": 64, "num_heads": 2}}),
                           ("eval.json", {"step": 20, "attention": {"encoder_self": kind}, "rank": [_RANK_ROW],
+                                         "config": {"seed": 0, "model": {"d_model": 64, "num_heads": 2}},
                                          "metrics": {"masked_accuracy": 0.3, "loss": 2.5, "perplexity": 12.2}})):
         with open(os.path.join(workdir, name), "w") as f:
             json.dump(content, f)
