@@ -10,6 +10,7 @@ from studies.catalog import get_study
 from studies.jobs import Job, is_finished, run_jobs, train_command
 from training.metrics import read_metrics
 from training.workdirs import WorkdirError, read_json
+from studies import StudyError
 
 
 def select_runs(study: Study, only: str) -> list[Run]:
@@ -117,7 +118,7 @@ def run_study(task: str, preset: str, options, extra: list[str], command: str) -
         study = get_study(task, preset)
         runs = select_runs(study, options.only)
     except ValueError as error:
-        raise SystemExit(str(error)) from None
+        raise StudyError(str(error)) from None
     seeds = range(options.seeds or study.seeds)
     # Absolute: train.py runs in the repository root, while relative flags mean the caller's directory.
     runs_dir = os.path.abspath(options.runs_dir)
@@ -126,11 +127,11 @@ def run_study(task: str, preset: str, options, extra: list[str], command: str) -
         failed = run_jobs(_jobs(study, runs, seeds, workdirs, f"{task}-{preset}", extra), options.jobs)
         results, spectra, head_dim = load_results(workdirs)
     except WorkdirError as error:
-        raise SystemExit(str(error)) from None
+        raise StudyError(str(error)) from None
     results = select_by_validation(task, results, runs)
     spectra = {name: spectra[evals[0]["run"]] for name, evals in results.items() if evals[0]["run"] in spectra}
     if results:
         _write_report(task, preset, command, results, workdirs, report_dir(options.reports_dir, task, preset),
                       spectra, head_dim)
     if failed:
-        raise SystemExit(f"failed runs: {', '.join(failed)}")
+        raise StudyError(f"failed runs: {', '.join(failed)}; their train.log says why", status=1)
