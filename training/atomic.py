@@ -50,7 +50,7 @@ def user_error(path: str, error: OSError) -> WorkdirError:
     permission), a WorkdirError with the system's reason otherwise."""
     if error.errno in (*DISK_ERRNOS, errno.EACCES):
         return DiskError(disk_message(path, error))
-    return WorkdirError(f"{path}: {error.strerror or error}")
+    return WorkdirError(f"{path}: {error.strerror or error}; name a place this user can write to")
 
 
 def _sync_directory(directory: str) -> None:

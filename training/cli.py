@@ -162,6 +162,8 @@ def run(main, default_config: str) -> None:
             fail(message)
 
     def parse(argv):
+        if (workdir := _flag_value(argv, "workdir")) is not None and not workdir.strip():
+            fail("--workdir is empty; name the run's directory, e.g. --workdir=runs/x")
         default = default_config
         if default == WORKDIR_CONFIG:
             workdir = _flag_value(argv, "workdir")

@@ -112,7 +112,7 @@ class MetricsWriter:
             with open(self.path, "a") as f:
                 f.write(json.dumps(record) + "\n")
         except OSError as error:  # a line cut short is dropped when the run resumes
-            raise atomic.DiskError(atomic.disk_message(self.path, error)) from error
+            raise atomic.user_error(self.path, error) from error
         if self.run is not None:
             self.run.log({f"{split}/{key}": value for key, value in metrics.items()}, step=step)
 
