@@ -15,6 +15,7 @@ import threading
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 STOP_WAIT_S = 120  # how long a stopped training process may take to checkpoint before it is killed
 _running: set[subprocess.Popen] = set()
+_signalled: set[subprocess.Popen] = set()  # those sent SIGTERM already
 _guard = threading.Lock()
 _stopping: list[int] = []  # the signal that stops the study, once one came: no process starts after it
 
@@ -54,25 +55,31 @@ def start(command: list[str], **options) -> subprocess.Popen | None:
 
 
 def wait(process: subprocess.Popen) -> int:
-    try:
-        return process.wait()
-    finally:
-        with _guard:
-            _running.discard(process)
-
-
-def _signal_all(signum: int) -> list[subprocess.Popen]:
+    """The exit status of a process start() started. Interrupted (the study is stopping), the process stays
+    listed, so that the study waits for it to checkpoint before it exits."""
+    status = process.wait()
     with _guard:
-        running = [process for process in _running if process.poll() is None]
-    for process in running:
+        _running.discard(process)
+    return status
+
+
+def _stop_all() -> list[subprocess.Popen]:
+    """SIGTERM, once, to each training process still running (a second would kill it mid-checkpoint:
+    training takes a second signal as the way out); returns them."""
+    with _guard:
+        _running.difference_update([process for process in _running if process.poll() is not None])
+        running = list(_running)
+        fresh = [process for process in running if process not in _signalled]
+        _signalled.update(fresh)
+    for process in fresh:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signum)  # the process and whatever it started
+            os.killpg(process.pid, signal.SIGTERM)  # the process and whatever it started
     return running
 
 
 def _end_all() -> int:
-    """SIGTERM to every running training process, then waits for them (SIGKILL past STOP_WAIT_S)."""
-    running = _signal_all(signal.SIGTERM)
+    """Stops every running training process and waits for it (SIGKILL past STOP_WAIT_S)."""
+    running = _stop_all()
     for process in running:
         try:
             process.wait(timeout=STOP_WAIT_S)
@@ -80,6 +87,8 @@ def _end_all() -> int:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+    with _guard:
+        _running.difference_update(running)
     return len(running)
 
 
@@ -97,7 +106,7 @@ def ended_on_exit():
     def handler(signum, frame):
         with _guard:
             _stopping.append(signum)
-        _signal_all(signal.SIGTERM)  # at once: the pool's threads wait for these processes
+        _stop_all()  # at once: the pool's threads wait for these processes
         raise _Stop
 
     for signum in previous:
@@ -115,3 +124,4 @@ def ended_on_exit():
             signal.signal(signum, previous_handler)
         with _guard:
             _stopping.clear()
+            _signalled.clear()

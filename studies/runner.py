@@ -134,4 +134,4 @@ def run_study(task: str, preset: str, options, extra: list[str], command: str) -
         _write_report(task, preset, command, results, workdirs, report_dir(options.reports_dir, task, preset),
                       spectra, head_dim)
     if failed:
-        raise StudyError(f"failed runs: {', '.join(failed)}; their train.log says why", status=1)
+        raise StudyError(f"failed runs: {', '.join(failed)}; see the lines above and their train.log", status=1)
