@@ -14,6 +14,9 @@ from training import locks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SLEEP = [sys.executable, "-c", "import time; time.sleep(120)"]
+# The children start through fork (their preexec_fn sets the parent-death signal) in a worker that imported
+# JAX, whose fork hook warns; the child only calls prctl and execs.
+pytestmark = pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called")
 
 
 def _gone(pid: int, within_s: float = 20.0) -> bool:

@@ -36,8 +36,7 @@ def _run_id(workdir: str) -> str:
     id_path = os.path.join(workdir, "wandb_id.txt")
     given = os.environ.get(RUN_ID_VAR)
     if not os.path.exists(id_path):
-        with open(id_path, "w") as f:
-            f.write(given or secrets.token_hex(4))
+        atomic.write_text(id_path, given or secrets.token_hex(4))
     with open(id_path) as f:
         run_id = f.read().strip()
     if given and given != run_id:
