@@ -111,6 +111,8 @@ def test_eval_of_a_missing_workdir_creates_nothing(tmp_path):
     error = _one_error_line(_run("eval.py", f"--workdir={missing}"))
     assert error.startswith(f"error: --workdir={missing}: no such directory"), error
     assert not missing.exists()
+    # An empty --workdir leaves eval.py without its default config: named before the config is read.
+    assert _one_error_line(_run("eval.py", "--workdir=")).startswith("error: --workdir is empty")
 
 
 def test_debug_shows_the_traceback(tmp_path):
