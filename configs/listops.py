@@ -39,7 +39,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.eval.batch_size = 256
 
     presets.apply(config, arg, {"attention": common.set_attention, "pooling": _set_pooling, "quick": _set_quick,
-                                "full": _set_full, "tiny": _set_tiny})
+                                "full": _set_full, "tiny": _set_tiny},
+                  exclusive=("tiny", "quick", "full"))
     return config
 
 

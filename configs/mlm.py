@@ -43,7 +43,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
 
     presets.apply(config, arg, {"attention": common.set_attention, "corpus": _set_corpus, "quick": _set_quick,
-                                "tiny": _set_tiny})
+                                "tiny": _set_tiny},
+                  exclusive=("tiny", "quick"))
     return config
 
 

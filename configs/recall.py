@@ -53,7 +53,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.eval.batch_size = 500
 
     presets.apply(config, arg, {"attention": common.set_attention, "form": _set_form, "quick": _set_quick,
-                                "full": _set_full, "tiny": _set_tiny})
+                                "full": _set_full, "tiny": _set_tiny},
+                  exclusive=("tiny", "quick", "full"))
     return config
 
 

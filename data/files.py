@@ -50,6 +50,7 @@ def read_parallel_file(path: str, max_source_len: int, max_target_len: int) -> l
     if not numbered_lines:
         raise DataFileError(f"{path}: no pairs (the file is empty)")
     parse = _parse_scan_line if numbered_lines[0][1].startswith("IN:") else _parse_tsv_line
+    _check_no_header(path, *numbered_lines[0])
     pairs = []
     for number, line in numbered_lines:
         try:
@@ -57,6 +58,18 @@ def read_parallel_file(path: str, max_source_len: int, max_target_len: int) -> l
         except ValueError as error:
             raise DataFileError(f"{path}:{number}: {error}") from None
     return pairs
+
+
+# Column names a spreadsheet or pandas writes as a first line: such a line would train as a pair.
+HEADER_WORDS = frozenset({"source", "target", "src", "tgt", "input", "output", "inputs", "outputs", "sources",
+                          "targets", "in", "out", "command", "commands", "action", "actions"})
+
+
+def _check_no_header(path: str, number: int, line: str) -> None:
+    fields = [field.strip().lower() for field in line.split("\t")]
+    if len(fields) == 2 and all(field in HEADER_WORDS for field in fields):
+        raise DataFileError(f"{path}:{number}: a header line ({line!r}), not a pair; delete it: the file holds "
+                            f"pairs only")
 
 
 def _within(pair: tuple[str, str], max_source_len: int, max_target_len: int) -> tuple[str, str]:

@@ -27,6 +27,7 @@ Deliberate differences from LRA:
 import os
 import random
 import statistics
+import zipfile
 
 import numpy as np
 
@@ -37,6 +38,7 @@ TOKENS = (*_OPENERS, "]", *_DIGITS)
 NUM_CLASSES = 10
 SPLITS = ("train", "validation", "test")
 OPERATOR_PROBABILITY = 0.25  # LRA's 1 - VALUE_P
+MAX_MISSES = 2_000_000  # trees drawn in a row outside the length window before generation gives up
 
 _DIGIT_VALUES = {token: int(token) for token in _DIGITS}
 _OPERATIONS = {"[MIN": min, "[MAX": max, "[MED": lambda args: int(statistics.median(args)),
@@ -49,6 +51,38 @@ def _longest(max_depth: int, max_args: int) -> int:
     for _ in range(max_depth - 1):
         length = 2 + max_args * length
     return length
+
+
+def _lengths(max_depth: int, max_args: int, max_length: int) -> int:
+    """The lengths up to max_length that some expression has, as the bits of an int (bit n: length n): a
+    digit is 1 token, an operator 2 around the lengths of its 2 to max_args arguments of one level less."""
+    mask, lengths = (1 << (max_length + 1)) - 1, 1 << 1
+    for _ in range(max_depth - 1):
+        sums, operators = lengths, 0  # sums: the lengths of k arguments, from k = 1
+        for _ in range(2, max_args + 1):
+            sums = _sum_sets(sums, lengths, mask)
+            operators |= sums
+        lengths = (1 << 1) | (operators << 2) & mask
+    return lengths
+
+
+def _sum_sets(a: int, b: int, mask: int) -> int:
+    """{x + y: x in a, y in b} as bits, cut at mask."""
+    total, shift = 0, 0
+    while b >> shift:
+        if (b >> shift) & 1:
+            total |= (a << shift) & mask
+        shift += 1
+    return total
+
+
+def _check_window(max_depth: int, max_args: int, min_length: int, max_length: int) -> None:
+    """ValueError when no expression has a length in [min_length, max_length]: generating would never end."""
+    window = ((1 << (max_length + 1)) - 1) ^ ((1 << min_length) - 1)
+    if not _lengths(max_depth, max_args, max_length) & window:
+        raise ValueError(f"no expression of max_depth={max_depth}, max_args={max_args} has a length in "
+                         f"[{min_length}, {max_length}] (a digit is 1 token, an operator at least 4); widen "
+                         f"the window")
 
 
 def _check(num_examples, seed, max_depth, max_args, min_length, max_length) -> None:
@@ -67,6 +101,7 @@ def _check(num_examples, seed, max_depth, max_args, min_length, max_length) -> N
     if min_length > _longest(max_depth, max_args):
         raise ValueError(f"min_length={min_length} is more than the {_longest(max_depth, max_args)} tokens of "
                          f"the longest expression of max_depth={max_depth}, max_args={max_args}")
+    _check_window(max_depth, max_args, min_length, max_length)
 
 
 def check_settings(max_depth: int, max_args: int, min_length: int, max_length: int) -> None:
@@ -104,12 +139,16 @@ def generate(num_examples: int, seed: int, *, max_depth: int, max_args: int, min
     """(expression, label) pairs, deterministic in seed, each expression's token count in [min_length, max_length]."""
     _check(num_examples, seed, max_depth, max_args, min_length, max_length)
     rng = random.Random(seed)
-    examples = []
+    examples, misses = [], 0
     while len(examples) < num_examples:
         tokens = _draw(rng, max_depth, max_args, max_length)
         if tokens is not None and len(tokens) >= min_length:
             expression = " ".join(tokens)
             examples.append((expression, evaluate(expression)))
+            misses = 0
+        elif (misses := misses + 1) > MAX_MISSES:
+            raise ValueError(f"lengths in [{min_length}, {max_length}] are too rare at max_depth={max_depth}, "
+                             f"max_args={max_args}: none in {MAX_MISSES:,} draws; widen the window")
     return examples
 
 
@@ -181,8 +220,12 @@ def cached_arrays(dataset, split: str) -> dict[str, np.ndarray]:
     name = "_".join(f"{field}{value}" for field, value in settings.items()) + f"_{split}{size}.npz"
     path = os.path.join(dataset.data_dir, "listops", name)
     if os.path.exists(path):
-        with np.load(path) as arrays:
-            return dict(arrays)
+        try:
+            with np.load(path) as arrays:
+                return dict(arrays)
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:  # cut short, or not an .npz
+            print(f"warning: {path}: not a readable cache ({type(error).__name__}); generating it again",
+                  flush=True)
     arrays = encode(load_split(split, size, **settings), dataset.max_length)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     temporary = f"{path}.{os.getpid()}.tmp.npz"  # renamed once complete: parallel runs never read half a file

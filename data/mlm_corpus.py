@@ -12,7 +12,9 @@ from data import files, mlm, text_corpus, tokenizer
 from data.files import DataFileError, DatasetNotPreparedError
 
 DATASETS = ("pydoc", "tfds", "text_files")  # dataset.name: where load_texts reads the documents
-DATASET_FIELDS = {"text_files": ("train_file", "test_file"), "tfds": ("tfds_name",)}  # read by that name only
+# Read by that name only (training/config_checks.check_fields_read), and the defaults of those that have one.
+DATASET_FIELDS = {"text_files": ("train_file", "test_file"), "tfds": ("tfds_name", "text_key"), "pydoc": ("corpus",)}
+DATASET_DEFAULTS = {"text_key": "text", "corpus": "stdlib"}
 
 
 @dataclasses.dataclass

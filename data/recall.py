@@ -17,6 +17,8 @@ Two forms of the task, each scoring the N query answers only:
 - "bidirectional": the token after the second k_i becomes MASK (id V, past the task's vocabulary) and
   the model, seeing the whole sequence, predicts v_i there, as in masked language modelling.
 """
+import math
+
 import numpy as np
 
 FORMS = ("causal", "bidirectional")
@@ -42,6 +44,22 @@ def check_sizes(vocab_size: int, seq_len: int, num_kv_pairs: int) -> None:
     if vocab_size // 2 - 1 < num_kv_pairs:
         raise ValueError(f"vocab_size={vocab_size} has {vocab_size // 2 - 1} keys in [1, V/2), fewer than "
                          f"num_kv_pairs={num_kv_pairs}")
+
+
+MAX_POWER_A = 100.0  # beyond it every query sits at the longest gap: the law is a point mass, not a power law
+
+
+def check_power(power_a, seq_len: int, num_kv_pairs: int) -> None:
+    """ValueError unless power_a is a number in (0, MAX_POWER_A] whose gap probabilities are finite for
+    the query region of seq_len (a large power overflows float64)."""
+    is_number = isinstance(power_a, (int, float)) and not isinstance(power_a, bool)
+    if not (is_number and math.isfinite(power_a) and 0 < power_a <= MAX_POWER_A):
+        raise ValueError(f"power_a={power_a!r} must be a number in (0, {MAX_POWER_A:g}] (1: uniform query "
+                         f"gaps, below 1: short gaps more likely)")
+    with np.errstate(over="ignore", invalid="ignore"):
+        finite = np.isfinite(gap_probabilities((seq_len - 2 * num_kv_pairs) // 2, power_a)).all()
+    if not finite:
+        raise ValueError(f"power_a={power_a!r}: its gap probabilities overflow at seq_len={seq_len}; lower it")
 
 
 def gap_probabilities(num_gaps: int, power_a: float) -> np.ndarray:
@@ -107,6 +125,7 @@ def generate(num_examples: int, *, vocab_size: int, seq_len: int, num_kv_pairs: 
     if form not in FORMS:
         raise ValueError(f"form={form!r}; choose one of: {', '.join(FORMS)}")
     check_sizes(vocab_size, seq_len, num_kv_pairs)
+    check_power(power_a, seq_len, num_kv_pairs)
     rng = np.random.default_rng(seed)
     chunks = [_generate_chunk(rng, min(_CHUNK, num_examples - start), vocab_size, seq_len, num_kv_pairs,
                               power_a, form)

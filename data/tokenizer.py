@@ -1,10 +1,13 @@
 """SentencePiece subword tokenizer with fixed ids for padding, unknown pieces, document ends and [MASK]."""
 
 import os
+import re
 import tempfile
 from collections.abc import Callable, Iterable
 
 import sentencepiece as spm
+
+from data.files import DataFileError
 
 PAD, UNK, EOS, MASK = 0, 1, 2, 3
 NUM_SPECIAL = 4  # ids below this are never drawn as random replacement tokens
@@ -21,6 +24,17 @@ def train_sentencepiece(texts: list[str], model_path: str, vocab_size: int, mode
     if model_type not in MODEL_TYPES:
         raise ValueError(f"model_type={model_type!r} is not supported; choose one of: {', '.join(MODEL_TYPES)}")
     lines = (line for text in texts for line in text.splitlines() if line.strip())
+    try:
+        _train(lines, model_path, vocab_size, model_type)
+    except RuntimeError as error:
+        if needed := re.search(r"smaller than required_chars\. \d+ vs (\d+)", str(error)):
+            raise DataFileError(f"config.dataset.vocab_size={vocab_size} is smaller than the {needed.group(1)} "
+                                f"pieces this corpus's characters and the special pieces need; set "
+                                f"--config.dataset.vocab_size={needed.group(1)} or more") from None
+        raise
+
+
+def _train(lines, model_path: str, vocab_size: int, model_type: str) -> None:
     _write_atomically(model_path, lambda model_file: spm.SentencePieceTrainer.train(
         sentence_iterator=lines,
         model_writer=model_file,

@@ -5,10 +5,13 @@ into one process (by the tests) would collide there on names like --out. main(ar
 given, so that a test runs a script as the command line does. The groups of flags that several scripts
 share are defined here too.
 """
+import contextlib
 import sys
 import types
 
 from absl import flags
+
+from studies import StudyError
 
 HELP = ("-h", "--help", "--helpfull")
 
@@ -37,6 +40,20 @@ def fail(message: str):
     """A mistake in the command line: its message, and status 2."""
     print(f"error: {message} (see --help)", file=sys.stderr, flush=True)
     sys.exit(2)
+
+
+@contextlib.contextmanager
+def one_line_errors():
+    """A study's error (studies.StudyError) as `error: <message>` on stderr and its status (2: a mistake to
+    correct, as train.py's), without a traceback."""
+    try:
+        yield
+    except StudyError as error:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        sys.exit(error.status)
+    except KeyboardInterrupt:  # out of the training (studies/children.py says what it stopped)
+        print("interrupted (Ctrl-C); rerun the same command to go on", file=sys.stderr, flush=True)
+        sys.exit(130)
 
 
 # --- the studies' shared flags ---------------------------------------------------------------------------

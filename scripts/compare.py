@@ -29,7 +29,8 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     own, extra = command_line.split_extra(argv)
     args = command_line.parse(FLAGS, own, __doc__)
-    run_study(args.task, args.preset, args, extra, shlex.join(["python", "-m", "scripts.compare", *argv]))
+    with command_line.one_line_errors():
+        run_study(args.task, args.preset, args, extra, shlex.join(["python", "-m", "scripts.compare", *argv]))
 
 
 if __name__ == "__main__":

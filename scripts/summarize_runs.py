@@ -15,7 +15,8 @@ def main(argv: list[str] | None = None) -> None:
     workdirs = command_line.parse(FLAGS, argv, __doc__, positional=True).positional
     if not workdirs:
         raise SystemExit(__doc__)
-    print(summarize(workdirs))
+    with command_line.one_line_errors():
+        print(summarize(workdirs))
 
 
 if __name__ == "__main__":

@@ -38,7 +38,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     if len(args.positional) != 1:
         command_line.fail("give one sweep file, e.g. sweeps/mlm-full.yaml, or --generate")
-    sweeps.run_sweep(args.positional[0], args, extra, shlex.join(["python", "-m", "scripts.sweep", *argv]))
+    with command_line.one_line_errors():
+        sweeps.run_sweep(args.positional[0], args, extra, shlex.join(["python", "-m", "scripts.sweep", *argv]))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ import sys
 import time
 
 from configs.grids import Run, Study
-from training import devices
+from studies import StudyError, children
+from training import devices, locks
 from training.workdirs import CONFIG_FILE, WorkdirError, read_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,10 +47,12 @@ def is_finished(workdir: str) -> bool:
 
 
 def train(command: list[str], workdir: str, env: dict[str, str] | None) -> bool:
-    """Runs train.py, appending its output to <workdir>/train.log; True when it exited cleanly."""
+    """Runs train.py, appending its output to <workdir>/train.log; True when it exited cleanly. The process
+    ends with this one (children.py): SIGTERM or SIGINT here, or this process killed."""
     os.makedirs(workdir, exist_ok=True)
     with open(os.path.join(workdir, "train.log"), "a") as log:
-        return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env).returncode == 0
+        process = children.start(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+        return process is not None and children.wait(process) == 0
 
 
 def _train_timed(command: list[str], workdir: str, env: dict[str, str] | None) -> tuple[bool, float]:
@@ -99,22 +102,37 @@ def job_environments(workers: int | None) -> list[dict | None]:
     return devices.job_environments(info, workers)
 
 
+def _in_use(jobs: list[Job]) -> list[Job]:
+    """The jobs whose workdir another process holds (a train.py left running): never trained beside it."""
+    held = []
+    for job in jobs:
+        if (holder := locks.holder(job[2])) is not None:
+            print(f"{job[0]}: {job[2]} is in use by {holder}; not trained beside it (wait for it to end, or "
+                  f"stop it, then rerun)", flush=True)
+            held.append(job)
+    return held
+
+
 def run_jobs(jobs: list[Job], workers: int | None) -> list[str]:
     """Trains the unfinished jobs, `workers` at a time (None: `job_environments`' default), printing a
     progress line as each ends (and one for each job finished earlier, skipped); returns the labels of the
-    jobs that failed."""
+    jobs that failed or whose workdir another process holds. SIGTERM or SIGINT stops every training process
+    (each checkpoints its step) and then this one, with the status of that signal."""
     skipped = [job for job in jobs if is_finished(job[2])]
-    pending = [job for job in jobs if job not in skipped]
+    held = _in_use([job for job in jobs if job not in skipped])
+    pending = [job for job in jobs if job not in skipped and job not in held]
     for index, (label, _, _) in enumerate(skipped, 1):
         print(f"[{index}/{len(jobs)}] {label}: finished earlier, skipped", flush=True)
-    failed = []
+    failed = [label for label, _, _ in held]
     try:
         environments = job_environments(workers) if pending else [None]
     except ValueError as error:
-        raise SystemExit(str(error)) from None
-    for index, (label, workdir, ok, seconds) in enumerate(train_all(pending, environments), len(skipped) + 1):
-        status = "done" if ok else f"FAILED (see {os.path.join(workdir, 'train.log')})"
-        print(f"[{index}/{len(jobs)}] {label}: {status} in {seconds:.0f}s", flush=True)
-        if not ok:
-            failed.append(label)
+        raise StudyError(str(error)) from None
+    with children.ended_on_exit():
+        for index, (label, workdir, ok, seconds) in enumerate(train_all(pending, environments),
+                                                              len(skipped) + len(held) + 1):
+            status = "done" if ok else f"FAILED (see {os.path.join(workdir, 'train.log')})"
+            print(f"[{index}/{len(jobs)}] {label}: {status} in {seconds:.0f}s", flush=True)
+            if not ok:
+                failed.append(label)
     return failed

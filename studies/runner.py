@@ -8,8 +8,10 @@ import os
 import tasks
 from analysis import plots, report
 from configs.grids import Run, Study
+from studies import StudyError
 from studies.catalog import get_study
 from studies.jobs import Job, is_finished, run_jobs, train_command
+from training import atomic
 from training.metrics import read_metrics
 from training.workdirs import WorkdirError, read_json
 
@@ -90,8 +92,7 @@ def recorded_runs(workdirs: dict[str, list[str]], out_dir: str, study: Study) ->
     merged = {name: record for name, record in merged.items() if record}
     if merged:
         os.makedirs(out_dir, exist_ok=True)
-        with open(path, "w") as f:
-            json.dump(merged, f, indent=1)
+        atomic.write_text(path, json.dumps(merged, indent=1))
     return merged
 
 
@@ -152,7 +153,7 @@ def run_study(task: str, preset: str, options, extra: list[str], command: str) -
         study = get_study(task, preset)
         runs = select_runs(study, options.only, options.part)
     except ValueError as error:
-        raise SystemExit(str(error)) from None
+        raise StudyError(str(error)) from None
     seeds = range(options.seeds or study.seeds)
     # Absolute: train.py runs in the repository root, while relative flags mean the caller's directory.
     runs_dir = os.path.abspath(options.runs_dir)
@@ -162,10 +163,10 @@ def run_study(task: str, preset: str, options, extra: list[str], command: str) -
         failed = run_jobs(_jobs(study, runs, seeds, workdirs, f"{task}-{preset}", extra), options.jobs)
         recorded = recorded_runs(workdirs, out_dir, study)
     except WorkdirError as error:
-        raise SystemExit(str(error)) from None
+        raise StudyError(str(error)) from None
     selected = select_by_validation(task, {name: record["results"] for name, record in recorded.items()},
                                     study.runs)
     if selected:
         _write_report(task, preset, command, recorded, selected, out_dir)
     if failed:
-        raise SystemExit(f"failed runs: {', '.join(failed)}")
+        raise StudyError(f"failed runs: {', '.join(failed)}; see the lines above and their train.log", status=1)

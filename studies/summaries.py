@@ -5,6 +5,7 @@ import os
 import numpy as np
 
 from training.workdirs import WorkdirError, read_json
+from studies import StudyError
 
 RANK_FIELDS = ("numerical_rank", "effective_rank", "stable_rank")
 REQUIRED = ("task", "metrics", "attention", "rank")  # what the tables read of an eval.json
@@ -18,7 +19,24 @@ def load(workdir: str) -> dict:
     if missing := [key for key in REQUIRED if key not in result]:
         raise WorkdirError(f"{path}: no {', '.join(missing)}; not an eval.json of this lab (eval.py on "
                            f"{workdir} writes one)")
+    if problem := _malformed(result):
+        raise WorkdirError(f"{path}: {problem}; not an eval.json as this lab writes it (eval.py on {workdir} "
+                           f"writes it anew)")
     return result
+
+
+def _malformed(result: dict) -> str | None:
+    """What in an eval.json the tables cannot read; None when they can."""
+    if not isinstance(result["metrics"], dict) or not all(
+            value is None or isinstance(value, (int, float)) for value in result["metrics"].values()):
+        return "metrics is not an object of numbers"
+    if not isinstance(result["attention"], dict):
+        return "attention is not an object of role -> kind"
+    row_fields = ("role", "seq_len", "rank_bound", *RANK_FIELDS)
+    if not isinstance(result["rank"], list) or not all(
+            isinstance(row, dict) and all(field in row for field in row_fields) for row in result["rank"]):
+        return f"rank is not a list of rows with {', '.join(row_fields)}"
+    return None
 
 
 def metrics_table(results: dict[str, dict]) -> str:
@@ -60,5 +78,5 @@ def summarize(workdirs: list[str]) -> str:
     try:
         results = {workdir: load(workdir) for workdir in workdirs}
     except WorkdirError as error:
-        raise SystemExit(str(error)) from None
+        raise StudyError(str(error)) from None
     return metrics_table(results) + "\n\n" + rank_table(results)

@@ -12,6 +12,7 @@ from configs import common
 from configs.grids import Study
 from studies import catalog, jobs, runner
 from training import metrics
+from studies import StudyError
 
 
 
@@ -88,8 +89,12 @@ def generate() -> list[str]:
 
 def study_of(path: str) -> tuple[str, str]:
     """The (task, preset) of the sweep studies whose sweep file is, as it stands, the file at `path`."""
-    with open(path) as f:
-        text = f.read()
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a text file (not UTF-8), so not a sweep file; the sweep files are "
+                         f"sweeps/*.yaml") from None
     for task, preset in catalog.sweeps():
         if text == sweep_text(task, preset):
             return task, preset
@@ -102,5 +107,5 @@ def run_sweep(path: str, options, extra: list[str], command: str) -> None:
     try:
         task, preset = study_of(path)
     except (OSError, ValueError) as error:
-        raise SystemExit(str(error)) from None
+        raise StudyError(str(error)) from None
     runner.run_study(task, preset, options, extra, command)

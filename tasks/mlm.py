@@ -30,7 +30,7 @@ def check_config(config) -> None:
     """MLM's own fields: its text, tokenizer and masking rates."""
     dataset, rates = config.dataset, config.mlm
     choice("dataset.name", dataset.name, mlm_corpus.DATASETS)
-    check_fields_read(config, mlm_corpus.DATASET_FIELDS)
+    check_fields_read(config, mlm_corpus.DATASET_FIELDS, mlm_corpus.DATASET_DEFAULTS)
     if dataset.name == "tfds" and not dataset.tfds_name:
         raise ConfigError("config.dataset.tfds_name is empty; dataset.name='tfds' needs a TFDS text dataset")
     choice("dataset.corpus", dataset.corpus, text_corpus.CORPORA)

@@ -57,10 +57,9 @@ def check_config(config) -> None:
         check_int(config, f"dataset.{field}", 1)
     try:
         recall.check_sizes(dataset.vocab_size, dataset.seq_len, dataset.num_kv_pairs)
+        recall.check_power(dataset.power_a, dataset.seq_len, dataset.num_kv_pairs)
     except ValueError as error:
-        raise ConfigError(f"config.dataset: {error}") from None
-    if not dataset.power_a > 0:
-        raise ConfigError(f"config.dataset.power_a={dataset.power_a!r} must be > 0 (1: uniform query gaps)")
+        raise ConfigError(f"config.dataset.{error}") from None
     if not config.model.tied_embeddings:
         raise ConfigError("config.model.tied_embeddings=False: the recall model's logits always use the "
                           "token embeddings")

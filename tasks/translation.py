@@ -29,7 +29,9 @@ report_sections = functools.partial(report.rank_study_sections, METRICS)
 MODELS = ("transformer", "rnn")  # model.name
 SPECIAL_IDS = SpecialIds(bos=Vocabulary.BOS, eos=Vocabulary.EOS, pad=Vocabulary.PAD)
 DATASETS = ("scan", "files")  # SCAN generated from its grammar, or parallel files (load_pairs)
-DATASET_FIELDS = {"files": ("train_file", "test_file")}  # config_checks.check_fields_read
+# config_checks.check_fields_read: the fields only one dataset.name reads, and the defaults of those that have one.
+DATASET_FIELDS = {"files": ("train_file", "test_file"), "scan": ("split",)}
+DATASET_DEFAULTS = {"split": "simple"}
 
 
 @dataclasses.dataclass
@@ -62,7 +64,7 @@ def check_config(config) -> None:
     choice("model.cell", config.model.cell, rnn.CELLS)
     _check_recurrent_attention(config)
     choice("dataset.name", config.dataset.name, DATASETS)
-    check_fields_read(config, DATASET_FIELDS)
+    check_fields_read(config, DATASET_FIELDS, DATASET_DEFAULTS)
     if config.dataset.name == "scan":
         choice("dataset.split", config.dataset.split, tuple(scan_grammar.SPLITS))
     else:

@@ -9,7 +9,7 @@ import pytest
 
 import attention
 from kind_harness import package_kinds
-from training import loop
+from training import locks, loop
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -45,7 +45,7 @@ def trained(tiny_config, tmp_path_factory):
 def _files(workdir: str) -> dict[str, bytes]:
     contents = {}
     for parent, _, names in os.walk(workdir):
-        for name in names:
+        for name in set(names) - {locks.LOCK_FILE}:  # the lock holds the PID of the last process
             with open(os.path.join(parent, name), "rb") as f:
                 contents[os.path.relpath(os.path.join(parent, name), workdir)] = f.read()
     return contents
@@ -111,6 +111,8 @@ def test_eval_of_a_missing_workdir_creates_nothing(tmp_path):
     error = _one_error_line(_run("eval.py", f"--workdir={missing}"))
     assert error.startswith(f"error: --workdir={missing}: no such directory"), error
     assert not missing.exists()
+    # An empty --workdir leaves eval.py without its default config: named before the config is read.
+    assert _one_error_line(_run("eval.py", "--workdir=")).startswith("error: --workdir is empty")
 
 
 def test_debug_shows_the_traceback(tmp_path):

@@ -5,6 +5,7 @@ import importlib
 import json
 import math
 import os
+import re
 import shutil
 
 import pytest
@@ -349,10 +350,11 @@ def test_a_study_in_parts_reports_the_union_of_what_each_part_recorded(tmp_path,
 
 def test_failed_runs_are_named_and_left_out_of_the_report(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(jobs, "train", FakeTrain(fail=["taylor seed1", "local seed0", "local seed1"]))
-    with pytest.raises(SystemExit, match="failed runs: .*taylor seed1"):
+    with pytest.raises(SystemExit) as exit:
         _main(tmp_path, "--only=softmax,taylor,local")
-    assert f"FAILED (see {tmp_path / 'runs' / 'mlm' / 'quick' / 'taylor' / 'seed1' / 'train.log'})" in (
-        capsys.readouterr().out)
+    output = capsys.readouterr()
+    assert exit.value.code == 1 and re.match("error: failed runs: .*taylor seed1", output.err)
+    assert f"FAILED (see {tmp_path / 'runs' / 'mlm' / 'quick' / 'taylor' / 'seed1' / 'train.log'})" in output.out
     text = (tmp_path / "reports" / "mlm" / "report.md").read_text()
     assert "| taylor | taylor | 561 | 1 |" in text and "| softmax | softmax | - | 2 |" in text
     assert "| local |" not in text

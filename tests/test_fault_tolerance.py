@@ -152,7 +152,7 @@ def test_eval_py_falls_back_past_a_latest_checkpoint_that_does_not_restore(strai
         evaluated.update(step=step, params=nnx.state(model, nnx.Param))
         return {"metrics": {}}
     monkeypatch.setattr(translation, "evaluate_model", capture)
-    evaluate.evaluate(config, workdir)
+    loop.evaluate(config, workdir)
     assert evaluated["step"] == 14
     saved = ocp.StandardCheckpointer().restore(os.path.join(reference, "checkpoints", "14", "state"))["params"]
     def by_path(tree):  # Orbax restores list indices as strings, and a Variable as {"value": array}

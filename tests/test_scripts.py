@@ -66,11 +66,15 @@ def test_runs_of_two_tasks_get_a_metrics_table_each(tmp_path):
     ("{\"task\": ", "not readable as JSON"),
     ("[1, 2]", "holds a JSON list, not an object"),
     ("{\"task\": \"mlm\"}", "no metrics, attention, rank; not an eval.json of this lab"),
+    ("{\"task\": \"mlm\", \"metrics\": [1], \"attention\": {}, \"rank\": []}", "metrics is not an object"),
+    ("{\"task\": \"mlm\", \"metrics\": {}, \"attention\": {}, \"rank\": [{\"role\": 1}]}", "rank is not a list"),
 ])
-def test_an_unreadable_eval_json_is_named_with_its_reason(tmp_path, content, reason):
+def test_an_unreadable_eval_json_is_named_with_its_reason(tmp_path, content, reason, capsys):
     (tmp_path / "eval.json").write_text(content)
-    with pytest.raises(SystemExit, match=re.escape(f"{tmp_path / 'eval.json'}: {reason}")):
+    with pytest.raises(SystemExit) as exit:
         summarize_runs.main([str(tmp_path)])
+    assert exit.value.code == 2
+    assert capsys.readouterr().err.startswith(f"error: {tmp_path / 'eval.json'}: {reason}")
 
 
 def test_compare_treats_an_eval_json_cut_short_as_unfinished_and_names_a_bad_config_json(tmp_path, capsys):
@@ -110,4 +114,4 @@ def test_a_script_runs_with_python_dash_m_from_the_repository_root(tmp_path):
     missing = tmp_path / "absent"
     process = subprocess.run([sys.executable, "-m", "scripts.summarize_runs", str(missing)], cwd=ROOT,
                              capture_output=True, text=True)
-    assert process.returncode == 1 and f"{missing / 'eval.json'}: not found" in process.stderr
+    assert process.returncode == 2 and process.stderr.startswith(f"error: {missing / 'eval.json'}: not found")

@@ -110,7 +110,8 @@ def test_only_a_study_whose_runs_are_a_grid_is_a_sweep():
 # --- a sweep file run locally ----------------------------------------------------------------------------
 
 
-def test_a_sweep_file_runs_its_study_through_the_runner_and_an_edited_one_is_refused(tmp_path, monkeypatch):
+def test_a_sweep_file_runs_its_study_through_the_runner_and_an_edited_one_is_refused(tmp_path, monkeypatch,
+                                                                                     capsys):
     calls = []
     monkeypatch.setattr(runner, "run_study", lambda *args: calls.append(args))
     monkeypatch.chdir(ROOT)
@@ -125,8 +126,12 @@ def test_a_sweep_file_runs_its_study_through_the_runner_and_an_edited_one_is_ref
     edited = tmp_path / "edited.yaml"
     shutil.copy(path, edited)
     edited.write_text(edited.read_text().replace("goal: maximize", "goal: minimize"))
-    with pytest.raises(SystemExit, match=f"{edited}: not the sweep file of a study marked `sweep`"):
-        sweep.main([str(edited)])
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\xff\xfe\x00")
+    for bad, line in ((edited, "not the sweep file of a study marked `sweep`"), (binary, "not a text file")):
+        with pytest.raises(SystemExit) as exit:
+            sweep.main([str(bad)])
+        assert exit.value.code == 2 and capsys.readouterr().err.startswith(f"error: {bad}: {line}")
     assert len(calls) == 1
 
 

@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from configs import workdir as workdir_config
-from training import loop, workdirs
+from training import locks, loop, workdirs
 from training.loop import evaluate
 from training.validate import ConfigError
 from training.workdirs import WorkdirError
@@ -31,7 +31,7 @@ def _files(workdir: str) -> dict[str, bytes]:
     """Every file under the workdir, by relative path: what a refused command must leave as it was."""
     contents = {}
     for parent, _, names in os.walk(workdir):
-        for name in names:
+        for name in set(names) - {locks.LOCK_FILE}:  # the lock holds the PID of the last process
             path = os.path.join(parent, name)
             with open(path, "rb") as f:
                 contents[os.path.relpath(path, workdir)] = f.read()

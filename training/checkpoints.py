@@ -24,6 +24,10 @@ def _first_line(error: Exception) -> str:
 class Checkpoints:
     def __init__(self, directory: str, max_to_keep: int = 2):
         self.directory = os.path.abspath(directory)
+        if os.path.exists(self.directory) and not os.path.isdir(self.directory):
+            # Orbax would fail in its background threads, and the process would never exit.
+            raise CheckpointError(f"{self.directory}: a file, not a directory of checkpoints; move it away "
+                                  f"(or delete it), then rerun")
         # max_to_keep >= 2 keeps an older checkpoint to fall back on when the latest does not restore.
         self.manager = ocp.CheckpointManager(
             self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True))

@@ -13,6 +13,7 @@ import textwrap
 from absl import app, flags
 
 from data.files import DataFileError
+from training import atomic, interrupts
 from training.checkpoints import CheckpointError
 from training.config_checks import ConfigError
 from training.workdirs import WorkdirError
@@ -149,8 +150,20 @@ def run(main, default_config: str) -> None:
             if _debugging(argv):
                 raise
             fail(str(error))
+        except KeyboardInterrupt:  # outside the training loop, which checkpoints and says so itself
+            if _debugging(argv):
+                raise
+            print("interrupted (Ctrl-C); what was written is complete: rerun the same command to go on",
+                  file=sys.stderr, flush=True)
+            sys.exit(interrupts.INTERRUPTED_STATUS)
+        except Exception as error:  # noqa: BLE001 - a full or read-only disk is named in one line
+            if _debugging(argv) or (message := atomic.disk_problem(error)) is None:
+                raise
+            fail(message)
 
     def parse(argv):
+        if (workdir := _flag_value(argv, "workdir")) is not None and not workdir.strip():
+            fail("--workdir is empty; name the run's directory, e.g. --workdir=runs/x")
         default = default_config
         if default == WORKDIR_CONFIG:
             workdir = _flag_value(argv, "workdir")

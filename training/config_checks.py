@@ -45,12 +45,14 @@ def check_file(config, field: str) -> None:
         raise ConfigError(f"config.dataset.{field}={path!r}: file not found")
 
 
-def check_fields_read(config, fields_by_name: dict[str, tuple[str, ...]]) -> None:
-    """fields_by_name: dataset.name -> the dataset fields only that name reads. Set for another name, they
-    would be silently ignored."""
+def check_fields_read(config, fields_by_name: dict[str, tuple[str, ...]], defaults: dict | None = None) -> None:
+    """fields_by_name: dataset.name -> the dataset fields only that name reads. Set for another name (given
+    a value other than empty or their entry in `defaults`), they would be silently ignored."""
+    defaults = defaults or {}
     for name, fields in fields_by_name.items():
         for field in fields:
-            if config.dataset.name != name and config.dataset[field]:
-                raise ConfigError(f"config.dataset.{field}={config.dataset[field]!r} is read only when "
+            value = config.dataset[field]
+            if config.dataset.name != name and value and value != defaults.get(field):
+                raise ConfigError(f"config.dataset.{field}={value!r} is read only when "
                                   f"dataset.name={name!r} (it is {config.dataset.name!r}); add "
                                   f"--config.dataset.name={name}, or leave {field} out")

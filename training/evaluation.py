@@ -11,7 +11,7 @@ from flax import nnx
 from analysis import plots, rank
 from data import pipeline
 from models import CAUSAL_ROLES
-from training import devices, sharding, workdirs
+from training import atomic, devices, sharding, workdirs
 from training.steps import make_eval_step
 
 
@@ -99,8 +99,8 @@ def attention_analysis(config, workdir, model, weights, query_len, key_len, toke
     singular_values = rank.attention_spectra(weights, query_len, key_len)
     summary = rank.summarize_attention(singular_values, query_len, key_len, bounds)
     spectra = {role: rank.mean_spectrum(s, query_len[role], key_len[role]) for role, s in singular_values.items()}
-    with open(os.path.join(workdir, "spectra.json"), "w") as f:
-        json.dump({role: spectrum.tolist() for role, spectrum in spectra.items()}, f)
+    atomic.write_text(os.path.join(workdir, "spectra.json"),
+                      json.dumps({role: spectrum.tolist() for role, spectrum in spectra.items()}))
     if config.eval.plots:
         plot_dir = os.path.join(workdir, "plots")
         # Only example 0 is drawn, so only its unpadded block leaves the device.
@@ -125,6 +125,5 @@ def write_eval_json(config, workdir: str, result: dict) -> dict:
     """eval.json: the task's `result`, the config it was computed with, and the devices and versions
     that computed it."""
     result = {**result, "config": workdirs.config_record(config), "runtime": devices.runtime()}
-    with open(os.path.join(workdir, "eval.json"), "w") as f:
-        json.dump(result, f, indent=1)
+    atomic.write_text(os.path.join(workdir, "eval.json"), json.dumps(result, indent=1))
     return result

@@ -5,6 +5,7 @@ import signal
 import threading
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
+INTERRUPTED_STATUS = 128 + signal.SIGINT  # 130: what a shell reports for a process ended by Ctrl-C
 
 
 class StopRequest:

@@ -13,7 +13,7 @@ from flax import nnx
 from analysis import plots
 from data.prefetch import prefetch
 import tasks
-from training import devices, evaluation, interrupts, model_config, sharding, validate, workdirs
+from training import atomic, devices, evaluation, interrupts, locks, model_config, sharding, validate, workdirs
 from training.checkpoints import Checkpoints
 from training.metrics import MetricsWriter, read_metrics
 from training.steps import create_optimizer, init_state, learning_rate_schedule, make_eval_step, make_train_step
@@ -137,17 +137,13 @@ def _metrics_writer(task, config, workdir: str, start_step: int) -> MetricsWrite
 
 
 def _prepare(config, workdir: str):
-    """Checks the config and the workdir, then builds the task's data, the model and its sharded train state:
+    """Checks the workdir, then builds the task's data, the model and its sharded train state:
     (task, data, model, graphdef, state, shardings, mesh, runtime)."""
-    validate.check_devices(config)
-    sharding.initialize(config)  # before validate(), which already runs JAX code
-    validate.validate(config)
     workdirs.check_restart(config, workdir)  # before anything in the workdir is written
     runtime = devices.runtime()
     print(f"devices: {devices.describe(runtime)}", flush=True)
     task = tasks.get(config.task)
-    with workdirs.made_for(workdir):  # a run refused for its data leaves no empty workdir behind
-        data = task.prepare_data(config, workdir)
+    data = task.prepare_data(config, workdir)
     model = task.create_model(config, data)
     graphdef, state = init_state(model, create_optimizer(config))
     mesh = sharding.data_mesh()
@@ -155,10 +151,17 @@ def _prepare(config, workdir: str):
     return task, data, model, graphdef, state, shardings, mesh, runtime
 
 
-def _restore(checkpoints: Checkpoints, state, workdir: str):
-    """(start step, state, metadata) of the latest checkpoint, or of a fresh start."""
+def _restore(checkpoints: Checkpoints, state, workdir: str, total: int):
+    """(start step, state, metadata) of the latest checkpoint, or of a fresh start. A run is never
+    shortened: a checkpoint past `total` steps is refused (its eval.json would be the longer run's)."""
     if (restored := checkpoints.restore_latest(state)) is None:
         return 0, state, {"elapsed_s": 0.0}
+    if restored[0] > total:
+        checkpoints.close()
+        raise workdirs.WorkdirError(
+            f"config.num_train_steps={total} is below step {restored[0]} of the latest checkpoint in "
+            f"{checkpoints.directory}; a run is not shortened: set num_train_steps >= {restored[0]}, or train "
+            f"{total} steps in a new --workdir")
     print(f"resuming {workdir} from step {restored[0]}", flush=True)
     return restored
 
@@ -187,11 +190,22 @@ def train_and_evaluate(config, workdir: str) -> dict:
     SIGTERM or SIGINT while it trains: it checkpoints the step it is at and raises SystemExit with the
     status of a process killed by that signal (see interrupts.StopRequest), for a restart to resume.
     """
+    workdirs.check_path(workdir)
+    validate.check_devices(config)
+    sharding.initialize(config)  # before validate(), which already runs JAX code
+    validate.validate(config)
+    # One process trains a workdir; a refused run leaves no empty workdir behind.
+    with locks.held(workdir, "train.py", lock=jax.process_index() == 0):
+        return _train(config, workdir)
+
+
+def _train(config, workdir: str) -> dict:
+    """train_and_evaluate once the config is checked and the workdir is this process's."""
     task, data, model, graphdef, state, shardings, mesh, runtime = _prepare(config, workdir)
     checkpoints = Checkpoints(os.path.join(workdir, "checkpoints"))
-    start_step, state, metadata = _restore(checkpoints, state, workdir)
-    with open(os.path.join(workdir, workdirs.CONFIG_FILE), "w") as f:
-        json.dump({**workdirs.config_record(config), "runtime": runtime}, f, indent=1)
+    start_step, state, metadata = _restore(checkpoints, state, workdir, config.num_train_steps)
+    atomic.write_text(os.path.join(workdir, workdirs.CONFIG_FILE),
+                      json.dumps({**workdirs.config_record(config), "runtime": runtime}, indent=1))
     writer = _metrics_writer(task, config, workdir, start_step)
     train_step, eval_step = _steps(task, config, graphdef, shardings)
     batch_size = sharding.global_batch_size(config.per_device_batch_size)
@@ -224,7 +238,12 @@ def _finish(task, config, workdir: str, model, state, data, writer: MetricsWrite
     if config.eval.plots and jax.process_index() == 0:  # the other hosts' metrics are the same
         plots.plot_run_curves(read_metrics(workdir), os.path.join(workdir, "plots", plots.CURVES_PLOT))
     nnx.update(model, state["params"], state["rest"])
-    result = task.evaluate_model(config, workdir, model, data, config.num_train_steps)
+    try:
+        result = task.evaluate_model(config, workdir, model, data, config.num_train_steps)
+    except KeyboardInterrupt:
+        print(f"interrupted at step {config.num_train_steps} during the final evaluation: training is done and "
+              f"checkpointed; restart the same command to evaluate it", flush=True)
+        raise SystemExit(interrupts.INTERRUPTED_STATUS) from None
     writer.log_evaluation(config.num_train_steps, result, workdir)
     writer.close()
     summary = ", ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items())
@@ -235,15 +254,22 @@ def _finish(task, config, workdir: str, model, state, data, writer: MetricsWrite
 
 def evaluate(config, workdir: str) -> dict:
     """Restores the latest checkpoint of `workdir` and evaluates it (what eval.py runs) with `config`,
-    which may differ from the config the workdir trained only in what workdirs.CHANGEABLE allows."""
+    which may differ from the config the workdir trained only in what workdirs.CHANGEABLE allows. A workdir
+    that another process trains (or evaluates) is refused: its checkpoints are being rotated."""
     validate.validate(config)
     workdirs.check_eval_config(config, workdir)
-    task = tasks.get(config.task)
     directory = os.path.join(workdir, "checkpoints")
-    checkpoints = Checkpoints(directory) if os.path.isdir(directory) else None  # a manager would make it
-    if checkpoints is None or checkpoints.latest_step() is None:
-        if checkpoints:
-            checkpoints.close()
+    if not os.path.exists(directory):  # checked first: eval.py leaves a workdir without checkpoints as it is
+        raise workdirs.WorkdirError(f"{directory}: no checkpoint; train first")
+    with locks.held(workdir, "eval.py"):
+        return _evaluate_latest(config, workdir, directory)
+
+
+def _evaluate_latest(config, workdir: str, directory: str) -> dict:
+    task = tasks.get(config.task)
+    checkpoints = Checkpoints(directory)
+    if checkpoints.latest_step() is None:
+        checkpoints.close()
         raise workdirs.WorkdirError(f"{directory}: no checkpoint; train first")
     data = task.prepare_data(config, workdir)
     model = task.create_model(config, data)
@@ -252,4 +278,9 @@ def evaluate(config, workdir: str) -> dict:
     step, state, _ = checkpoints.restore_latest(state)  # past a damaged latest one, as training does
     checkpoints.close()
     nnx.update(model, state["params"], state["rest"])
-    return task.evaluate_model(config, workdir, model, data, step)
+    try:
+        return task.evaluate_model(config, workdir, model, data, step)
+    except KeyboardInterrupt:
+        print(f"interrupted while evaluating the checkpoint at step {step}: eval.json is as it was; rerun "
+              f"eval.py to evaluate it", flush=True)
+        raise SystemExit(interrupts.INTERRUPTED_STATUS) from None

@@ -3,7 +3,7 @@ import json
 import os
 import secrets
 
-from training import devices, workdirs
+from training import atomic, devices, workdirs
 
 
 # Set by `wandb agent` for each run it starts: the run's id (the same when the sweep requeues a run marked
@@ -36,8 +36,7 @@ def _run_id(workdir: str) -> str:
     id_path = os.path.join(workdir, "wandb_id.txt")
     given = os.environ.get(RUN_ID_VAR)
     if not os.path.exists(id_path):
-        with open(id_path, "w") as f:
-            f.write(given or secrets.token_hex(4))
+        atomic.write_text(id_path, given or secrets.token_hex(4))
     with open(id_path) as f:
         run_id = f.read().strip()
     if given and given != run_id:
@@ -48,12 +47,29 @@ def _run_id(workdir: str) -> str:
 
 
 def read_metrics(directory: str) -> list[dict]:
-    """The lines of `directory`'s metrics.jsonl, in order; none without the file (a run not started yet)."""
+    """The lines of `directory`'s metrics.jsonl, in order; none without the file (a run not started yet).
+    A last line cut short (a kill or a full disk during a write) is left out with a warning; an unreadable
+    line before it is a WorkdirError naming file:line."""
     path = os.path.join(directory, METRICS_FILE)
     if not os.path.exists(path):
         return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    with open(path, encoding="utf-8", errors="replace") as f:
+        lines = [(number, line) for number, line in enumerate(f, 1) if line.strip()]
+    records = []
+    for index, (number, line) in enumerate(lines):
+        try:
+            record = json.loads(line)
+            if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+                raise ValueError("not a metrics record")
+        except ValueError:
+            if index < len(lines) - 1:
+                raise workdirs.WorkdirError(f"{path}:{number}: not a line of metrics (JSON with a step); "
+                                            f"delete that line to go on") from None
+            print(f"warning: {path}:{number}: its last line is cut short (a write stopped midway); it is "
+                  f"left out", flush=True)
+            continue
+        records.append(record)
+    return records
 
 
 class MetricsWriter:
@@ -70,8 +86,11 @@ class MetricsWriter:
         if not os.path.exists(self.path):
             return
         kept = [record for record in read_metrics(workdir) if record["step"] <= step]
-        with open(self.path, "w") as f:
-            f.writelines(json.dumps(record) + "\n" for record in kept)
+        text = "".join(json.dumps(record) + "\n" for record in kept)
+        with open(self.path, encoding="utf-8", errors="replace") as f:
+            if f.read() == text:  # nothing to drop: the file stays as it is
+                return
+        atomic.write_text(self.path, text)
 
     @staticmethod
     def _start_wandb(workdir: str, config, kinds: tuple[str, ...]):
@@ -88,8 +107,11 @@ class MetricsWriter:
 
     def write(self, step: int, split: str, elapsed_s: float, metrics: dict) -> None:
         record = {"step": step, "split": split, "elapsed_s": round(elapsed_s, 3), **metrics}
-        with open(self.path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        try:
+            with open(self.path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+        except OSError as error:  # a line cut short is dropped when the run resumes
+            raise atomic.user_error(self.path, error) from error
         if self.run is not None:
             self.run.log({f"{split}/{key}": value for key, value in metrics.items()}, step=step)
 

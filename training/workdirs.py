@@ -1,6 +1,5 @@
 """A workdir belongs to one config: the config.json its first run wrote is what every later train.py or
 eval.py on it is compared with, field by field, before anything in the workdir is written."""
-import contextlib
 import json
 import os
 
@@ -84,17 +83,13 @@ def _listed(changed: dict) -> str:
     return ", ".join(f"{field} {old!r} -> {new!r}" for field, (old, new) in changed.items())
 
 
-@contextlib.contextmanager
-def made_for(workdir: str):
-    """Makes `workdir` (if missing) for the block; removes it again if the block fails and leaves it empty."""
-    existed = os.path.isdir(workdir)
-    os.makedirs(workdir, exist_ok=True)
-    try:
-        yield
-    except BaseException:
-        if not existed and not os.listdir(workdir):
-            os.rmdir(workdir)
-        raise
+def check_path(workdir: str) -> None:
+    """Refuses a --workdir that names no directory it could be: empty, or a file."""
+    if not workdir or not workdir.strip():
+        raise WorkdirError("--workdir is empty; name the run's directory, e.g. --workdir=runs/x")
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+        raise WorkdirError(f"--workdir={workdir}: is a file, not a directory; name a directory (train.py "
+                           f"makes it)")
 
 
 def check_restart(config, workdir: str) -> None:
@@ -117,6 +112,7 @@ def check_restart(config, workdir: str) -> None:
 
 
 def require_directory(workdir: str) -> None:
+    check_path(workdir)
     if not os.path.isdir(workdir):
         raise WorkdirError(f"--workdir={workdir}: no such directory; train.py makes a workdir, eval.py "
                            f"evaluates one")

@@ -1,0 +1,174 @@
+"""A workdir survives what an ordinary user does to it: a full disk during a restart leaves config.json and
+metrics.jsonl byte-identical, a cut metrics line is repaired, a second process is refused naming the PID
+of the first, a run is never shortened, and paths that cannot be workdirs end in one line."""
+import errno
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tasks import translation
+from training import atomic, locks, loop
+from training.checkpoints import CheckpointError, Checkpoints
+from training.metrics import METRICS_FILE, MetricsWriter, read_metrics
+from training.workdirs import CONFIG_FILE, WorkdirError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def finished(tiny_config, tmp_path_factory):
+    """(config, workdir) of a finished 6-step tiny run checkpointed at 3 and 6, without its final evaluation."""
+    config = tiny_config()
+    config.num_train_steps, config.log_every_steps, config.checkpoint_every_steps = 6, 2, 3
+    config.eval_every_steps = 3
+    workdir = str(tmp_path_factory.mktemp("finished"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(translation, "evaluate_model", lambda *args: {"metrics": {}})
+        loop.train_and_evaluate(config, workdir)
+    return config, workdir
+
+
+@pytest.fixture
+def copy(finished, tmp_path):
+    workdir = str(tmp_path / "run")
+    shutil.copytree(finished[1], workdir)
+    return workdir
+
+
+def _contents(workdir: str, *names: str) -> dict[str, bytes]:
+    result = {}
+    for name in names:
+        with open(os.path.join(workdir, name), "rb") as f:
+            result[name] = f.read()
+    return result
+
+
+def _train_flags(config, workdir: str) -> list[str]:
+    return ["--config=configs/translation.py:tiny", f"--workdir={workdir}", "--config.num_train_steps=6",
+            "--config.log_every_steps=2", "--config.checkpoint_every_steps=3", "--config.eval_every_steps=3",
+            "--config.dataset.name=files", f"--config.dataset.train_file={config.dataset.train_file}",
+            f"--config.dataset.test_file={config.dataset.test_file}"]
+
+
+# train.py where no file may grow past 256 bytes (a full disk, as far as any write can tell): a write past it
+# fails with EFBIG rather than killing the process with SIGXFSZ.
+SMALL_DISK_TRAIN = ("import resource, runpy, signal, sys\n"
+                    "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+                    "resource.setrlimit(resource.RLIMIT_FSIZE, (256, resource.RLIM_INFINITY))\n"
+                    "sys.argv = ['train.py', *sys.argv[1:]]\n"
+                    "runpy.run_path('train.py', run_name='__main__')")
+
+
+def test_a_full_disk_during_a_restart_leaves_config_and_metrics_byte_identical(finished, copy):
+    # Without the latest checkpoint the restart resumes at step 3: it would rewrite metrics.jsonl too.
+    shutil.rmtree(os.path.join(copy, "checkpoints", "6"))
+    before = _contents(copy, CONFIG_FILE, METRICS_FILE)
+    env = {**os.environ, "WANDB_MODE": "disabled", "JAX_PLATFORMS": "cpu"}
+    env.pop("ATTENTION_LAB_DEBUG", None)
+    process = subprocess.run([sys.executable, "-c", SMALL_DISK_TRAIN, *_train_flags(finished[0], copy)], cwd=ROOT,
+                             env=env, capture_output=True, text=True, timeout=300)
+    assert process.returncode == 2, process.stdout + process.stderr
+    lines = process.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {os.path.join(copy, CONFIG_FILE)}: File too large"), \
+        process.stderr
+    assert "are as they were" in lines[0] and "rerun the same command" in lines[0]
+    assert _contents(copy, CONFIG_FILE, METRICS_FILE) == before
+    assert not [name for name in os.listdir(copy) if name.endswith(".tmp")]
+
+
+def test_a_failed_metrics_rewrite_leaves_the_file_intact(finished, copy, monkeypatch):
+    before = _contents(copy, METRICS_FILE)
+
+    def full_disk(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(atomic.os, "fsync", full_disk)
+    with pytest.raises(atomic.DiskError, match=f"{METRICS_FILE}: No space left on device; the files already in"):
+        MetricsWriter(copy, finished[0], resume_step=3)
+    monkeypatch.undo()
+    assert _contents(copy, METRICS_FILE) == before
+    assert not [name for name in os.listdir(copy) if name.endswith(".tmp")]
+
+
+def test_a_cut_last_metrics_line_is_dropped_on_resume_with_a_warning(finished, copy, capsys):
+    path = os.path.join(copy, METRICS_FILE)
+    complete = read_metrics(copy)
+    with open(path, "a") as f:
+        f.write('{"step": 7, "split": "tr')  # a kill or a full disk midway through a line
+    assert read_metrics(copy) == complete
+    assert "its last line is cut short" in capsys.readouterr().out
+    MetricsWriter(copy, finished[0], resume_step=6)
+    with open(path) as f:
+        assert f.read().endswith("}\n")
+    with open(path, "a") as f:
+        f.write("not json\n{\"step\": 8}\n")
+    with pytest.raises(WorkdirError, match=rf"{METRICS_FILE}:\d+: not a line of metrics"):
+        read_metrics(copy)
+
+
+def test_a_second_process_on_the_workdir_is_refused_naming_the_pid(finished, copy):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom training import locks\n"
+         "with locks.held(sys.argv[1], 'train.py'):\n    print('held', flush=True)\n    time.sleep(120)", copy],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        checkpoints = sorted(os.listdir(os.path.join(copy, "checkpoints")))
+        assert locks.holder(copy) == f"process {holder.pid} (train.py)"
+        for entry in (loop.train_and_evaluate, loop.evaluate):
+            with pytest.raises(WorkdirError, match=f"in use by process {holder.pid} \\(train.py\\)"):
+                entry(finished[0], copy)
+        assert sorted(os.listdir(os.path.join(copy, "checkpoints"))) == checkpoints  # nothing moved aside
+    finally:
+        holder.kill()
+        holder.wait()
+    assert locks.holder(copy) is None  # the kernel let go of the lock with the process
+
+
+def test_a_run_is_not_shortened_below_its_latest_checkpoint(finished, copy):
+    config = finished[0].copy_and_resolve_references()
+    config.num_train_steps, config.resume_with_changes = 4, "num_train_steps"
+    before = _contents(copy, CONFIG_FILE, METRICS_FILE)
+    with pytest.raises(WorkdirError, match="config.num_train_steps=4 is below step 6 of the latest checkpoint"):
+        loop.train_and_evaluate(config, copy)
+    assert _contents(copy, CONFIG_FILE, METRICS_FILE) == before
+    assert not os.path.exists(os.path.join(copy, "eval.json"))
+
+
+def test_ctrl_c_in_the_final_evaluation_says_the_step_and_how_to_resume(finished, copy, monkeypatch, capsys):
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(translation, "evaluate_model", interrupted)
+    with pytest.raises(SystemExit) as stopped:
+        loop.train_and_evaluate(finished[0], copy)
+    assert stopped.value.code == 130
+    assert "interrupted at step 6 during the final evaluation" in capsys.readouterr().out
+
+
+def test_paths_that_cannot_be_workdirs_are_one_line(finished, tmp_path):
+    config, file = finished[0], tmp_path / "file"
+    file.write_text("")
+    for entry in (loop.train_and_evaluate, loop.evaluate):
+        with pytest.raises(WorkdirError, match="--workdir is empty"):
+            entry(config, "")
+        with pytest.raises(WorkdirError, match="is a file, not a directory"):
+            entry(config, str(file))
+    with pytest.raises(CheckpointError, match="a file, not a directory of checkpoints"):
+        Checkpoints(str(file))
+
+
+def test_disk_errors_are_found_inside_the_errors_that_wrap_them():
+    try:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device", "/runs/x/checkpoints/6/state")
+        except OSError as error:
+            raise ValueError("tensorstore write failed") from error
+    except ValueError as wrapped:
+        assert atomic.disk_problem(wrapped).startswith("/runs/x/checkpoints/6/state: No space left on device")
+    message = atomic.disk_problem(RuntimeError("Error writing \"/runs/y/metrics\": Read-only file system"))
+    assert message.startswith("/runs/y/metrics: Read-only file system")
+    assert atomic.disk_problem(ValueError("shapes differ")) is None

@@ -1,0 +1,92 @@
+"""Whole-file writes that a full disk, a file-size limit, a read-only filesystem or a kill cannot cut: the
+text goes to a temporary file in the same directory, is flushed to the disk, and replaces the file with one
+os.replace. A write that fails leaves the previous file as it was and raises DiskError, one line naming the
+file and what to do (training/cli.py prints it as `error: ...`, status 2)."""
+import contextlib
+import errno
+import os
+import tempfile
+
+from training.workdirs import WorkdirError
+
+# What a full or read-only disk raises (EFBIG: the file-size limit, ulimit -f; EDQUOT: a quota).
+DISK_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EROFS, errno.EDQUOT)
+_DISK_WORDS = ("No space left on device", "File too large", "Read-only file system", "Disk quota exceeded")
+
+
+class DiskError(WorkdirError):
+    """A write refused by the disk: its message is the one line the user sees."""
+
+
+def disk_message(path: str, error: OSError | None = None, reason: str = "") -> str:
+    reason = reason or (os.strerror(error.errno) if error is not None and error.errno else "not writable")
+    directory = os.path.dirname(os.path.abspath(path)) or "."
+    return (f"{path}: {reason}; the files already in {directory} are as they were. Free space on its disk "
+            f"(or make it writable, or raise `ulimit -f`), then rerun the same command")
+
+
+def write_text(path: str, text: str) -> None:
+    """Replaces `path` by `text` atomically (see the module's docstring)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    except OSError as error:
+        raise user_error(path, error) from error
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+    except OSError as error:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise user_error(path, error) from error
+    _sync_directory(directory)
+
+
+def user_error(path: str, error: OSError) -> WorkdirError:
+    """The one-line error for an OSError on `path`: DiskError for a full or read-only disk (or no write
+    permission), a WorkdirError with the system's reason otherwise."""
+    if error.errno in (*DISK_ERRNOS, errno.EACCES):
+        return DiskError(disk_message(path, error))
+    return WorkdirError(f"{path}: {error.strerror or error}; name a place this user can write to")
+
+
+def _sync_directory(directory: str) -> None:
+    """The rename itself on the disk (POSIX: a directory's entries are synced through the directory)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def disk_problem(error: BaseException) -> str | None:
+    """The one line for an error that a full or read-only disk caused, anywhere in its chain of causes
+    (Orbax and TensorStore wrap the OSError, or only keep its words); None for any other error."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in DISK_ERRNOS:
+            return disk_message(error.filename or "the workdir", error)
+        text = str(error)
+        for words in _DISK_WORDS:
+            if words in text:
+                return disk_message(_path_in(text) or "the workdir", reason=words)
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def _path_in(text: str) -> str | None:
+    """The first absolute path quoted in an error message, where it names one."""
+    for quote in ("'", '"'):
+        for part in text.split(quote)[1::2]:
+            if part.startswith(os.sep) and " " not in part:
+                return part
+    return None

@@ -1,0 +1,77 @@
+"""One process at a time in a workdir: train.py and eval.py hold an exclusive flock on `<workdir>/.lock`
+(the file holds the holder's PID and command) for as long as they run, so a second train.py, an eval.py
+during training, or a study rerun beside a training it left running is refused in one line naming the PID,
+before it reads or writes anything. The kernel releases the lock when the process ends, however it ends
+(kill -9 included); the file itself stays, empty of meaning, since deleting it would let two processes
+lock two different files."""
+import contextlib
+import fcntl
+import os
+
+from training import atomic
+from training.workdirs import WorkdirError
+
+LOCK_FILE = ".lock"
+
+
+def _holder_text(fd: int) -> str:
+    os.lseek(fd, 0, os.SEEK_SET)
+    words = os.read(fd, 200).decode("utf-8", "replace").split()
+    return f"process {words[0]} ({' '.join(words[1:]) or 'unknown command'})" if words else "another process"
+
+
+def holder(workdir: str) -> str | None:
+    """'process <pid> (<command>)' of the process that holds the workdir's lock; None when none does."""
+    try:
+        fd = os.open(os.path.join(workdir, LOCK_FILE), os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return None
+    except BlockingIOError:
+        return _holder_text(fd)
+    finally:
+        os.close(fd)  # releases the probe's shared lock
+
+
+def _open_locked(workdir: str, command: str) -> int:
+    path = os.path.join(workdir, LOCK_FILE)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as error:
+        raise atomic.user_error(path, error) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        who = _holder_text(fd)
+        os.close(fd)
+        raise WorkdirError(f"--workdir={workdir}: in use by {who}, which holds {path}; wait for it to end or "
+                           f"stop it (SIGTERM: training checkpoints first), then rerun") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()} {command}\n".encode())
+    return fd
+
+
+@contextlib.contextmanager
+def held(workdir: str, command: str, lock: bool = True):
+    """The block runs holding `workdir`'s lock (`lock=False`: without it, for the hosts of a multi-host run
+    other than the first, which share the workdir). Makes the workdir if it is missing, and removes it again
+    if the block fails and leaves nothing in it."""
+    existed = os.path.isdir(workdir)
+    try:
+        os.makedirs(workdir, exist_ok=True)
+    except OSError as error:
+        raise atomic.user_error(workdir, error) from None
+    fd = _open_locked(workdir, command) if lock else None
+    try:
+        yield
+    except BaseException:
+        if not existed and set(os.listdir(workdir)) <= {LOCK_FILE}:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(workdir, LOCK_FILE))
+                os.rmdir(workdir)
+        raise
+    finally:
+        if fd is not None:
+            os.close(fd)
