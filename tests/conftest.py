@@ -1,5 +1,7 @@
 """Shared fixtures: tiny SCAN files and the tiny config that trains on them. W&B is always off."""
 import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -21,6 +23,28 @@ else:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "accelerator: worth running on a GPU or TPU too (make test-accelerator)")
+    if not ON_ACCELERATOR and not hasattr(config, "workerinput"):  # not in an xdist worker: it inherits it
+        _share_compilations(config)
+
+
+def _share_compilations(config) -> None:
+    """One persistent compilation cache for the session: its xdist workers (started after this, with this
+    environment) and the processes tests start (train.py, the sharding runs) compile a program once, where
+    most tiny runs of a config would compile the same train, eval and decoding steps again. The key is the
+    program, the XLA flags and the devices, so a hit is the program a compilation would give; a reader
+    that meets an entry being written falls back to compiling. Removed when the session ends; a directory
+    that JAX_COMPILATION_CACHE_DIR already names is kept and used."""
+    if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+        config.stash[_OWN_CACHE] = os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="jax-cache-")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")  # the default, 1 s, skips most
+
+
+_OWN_CACHE = pytest.StashKey[str]()
+
+
+def pytest_unconfigure(config):
+    if _OWN_CACHE in config.stash:
+        shutil.rmtree(config.stash[_OWN_CACHE], ignore_errors=True)
 
 
 def _where_tests_ran() -> str:
