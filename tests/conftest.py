@@ -17,8 +17,10 @@ if ON_ACCELERATOR:
 else:
     os.environ["JAX_PLATFORMS"] = "cpu"
     # The suite compiles hundreds of tiny programs: LLVM's optimisation is about a quarter of its CPU time
-    # and buys nothing at these shapes. Set before any test module imports JAX.
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0".strip()
+    # and buys nothing at these shapes; XLA's newer (MLIR) fusion emitters take about twice the compile
+    # time of the older ones for the same fusions. Set before any test module imports JAX.
+    os.environ["XLA_FLAGS"] = (f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0 "
+                               f"--xla_cpu_use_fusion_emitters=false").strip()
 
 
 def pytest_configure(config):
