@@ -1,4 +1,5 @@
 """Shared fixtures: tiny SCAN files and the tiny config that trains on them. W&B is always off."""
+import collections
 import os
 import shutil
 import tempfile
@@ -27,6 +28,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "accelerator: worth running on a GPU or TPU too (make test-accelerator)")
     if not ON_ACCELERATOR and not hasattr(config, "workerinput"):  # not in an xdist worker: it inherits it
         _share_compilations(config)
+    if _last_seconds(config):  # xdist would otherwise hand out the files with the most tests first
+        config.option.loadscopereorder = False
 
 
 def _share_compilations(config) -> None:
@@ -47,6 +50,33 @@ _OWN_CACHE = pytest.StashKey[str]()
 def pytest_unconfigure(config):
     if _OWN_CACHE in config.stash:
         shutil.rmtree(config.stash[_OWN_CACHE], ignore_errors=True)
+
+
+# ---- the longest files first -------------------------------------------------------------------------
+# `make test` hands whole files to its workers (--dist loadfile): a long file started last keeps one worker
+# busy while the others have nothing left. So the files go out longest first, by their seconds in the
+# last run that ran them (pytest's cache, .pytest_cache); files it did not run, in collection order after.
+_SECONDS_KEY = "attention-lab/seconds-per-file"
+_seconds = collections.Counter()  # this session's, per file: setup, call and teardown of its tests
+
+
+def _last_seconds(config) -> dict:
+    cache = getattr(config, "cache", None)  # None under -p no:cacheprovider
+    return cache.get(_SECONDS_KEY, {}) if cache else {}
+
+
+def pytest_collection_modifyitems(config, items):
+    last = _last_seconds(config)
+    items.sort(key=lambda item: -last.get(item.nodeid.split("::")[0], 0.0))  # stable: a file's own order
+
+
+def pytest_runtest_logreport(report):
+    _seconds[report.nodeid.split("::")[0]] += report.duration  # xdist's controller sees every worker's
+
+
+def pytest_sessionfinish(session):
+    if getattr(session.config, "cache", None) and not hasattr(session.config, "workerinput"):
+        session.config.cache.set(_SECONDS_KEY, {**_last_seconds(session.config), **_seconds})
 
 
 def _where_tests_ran() -> str:
