@@ -31,12 +31,12 @@ def _one_error_line(process: subprocess.CompletedProcess) -> str:
 
 @pytest.fixture(scope="module")
 def trained(tiny_config, tmp_path_factory):
-    """(workdir, the train.py flags of its config) of a finished tiny run on the shared data files."""
+    """(workdir, the train.py flags of its config) of a finished tiny run on the shared data files: the tiny
+    config as other files train it, whose compiled steps the session's compilation cache then shares."""
     config = tiny_config()
-    config.num_train_steps, config.eval.rank_examples = 4, 2
     workdir = str(tmp_path_factory.mktemp("run"))
     loop.train_and_evaluate(config, workdir)
-    flags = ["--config=configs/translation.py:tiny", "--config.num_train_steps=4", "--config.eval.rank_examples=2",
+    flags = ["--config=configs/translation.py:tiny",
              "--config.dataset.name=files", f"--config.dataset.train_file={config.dataset.train_file}",
              f"--config.dataset.test_file={config.dataset.test_file}"]
     return workdir, flags
