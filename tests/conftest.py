@@ -1,5 +1,7 @@
 """Shared fixtures: tiny SCAN files and the tiny config that trains on them. W&B is always off."""
 import collections
+import contextlib
+import fcntl
 import os
 import shutil
 import tempfile
@@ -96,17 +98,49 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(_where_tests_ran())
 
 
+@contextlib.contextmanager
+def _shared(tmp_path_factory, name: str):
+    """The path `name` in the directory that every xdist worker of the session sees, held by this worker
+    (a file lock) inside the block: the first worker to get there builds it, the others find it built."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the session's base directory, above each worker's own
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
+        yield root / name
+
+
 @pytest.fixture(scope="session")
 def data_files(tmp_path_factory):
-    """300 SCAN training pairs as TSV and 40 test pairs in SCAN's own format."""
+    """300 SCAN training pairs as TSV and 40 test pairs in SCAN's own format: one copy for the session's
+    workers, since a run's config names its files (tiny_run's is shared)."""
     from data import scan_grammar
 
-    train, test = scan_grammar.simple()
-    directory = tmp_path_factory.mktemp("data")
-    train_file, test_file = directory / "train.tsv", directory / "test.txt"
-    train_file.write_text("".join(f"{s}\t{t}\n" for s, t in train[:300]))
-    test_file.write_text("".join(f"IN: {s} OUT: {t}\n" for s, t in test[:40]))
+    with _shared(tmp_path_factory, "data") as directory:
+        train_file, test_file = directory / "train.tsv", directory / "test.txt"
+        if not test_file.exists():
+            train, test = scan_grammar.simple()
+            directory.mkdir(exist_ok=True)
+            train_file.write_text("".join(f"{s}\t{t}\n" for s, t in train[:300]))
+            test_file.write_text("".join(f"IN: {s} OUT: {t}\n" for s, t in test[:40]))
     return str(train_file), str(test_file)
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tiny_config, tmp_path_factory):
+    """(config, workdir) of a finished run of tiny_config(), trained once in the session by the first worker
+    that asks for it. Read-only: a test that would write there works on a copy."""
+    from training import loop
+
+    config = tiny_config()
+    with _shared(tmp_path_factory, "tiny_run") as workdir:
+        if not workdir.exists():
+            try:
+                loop.train_and_evaluate(config, str(workdir))
+            except BaseException:
+                shutil.rmtree(workdir, ignore_errors=True)  # for the next test that asks to train it again
+                raise
+    return config, str(workdir)
 
 
 @pytest.fixture(scope="session")

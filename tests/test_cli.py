@@ -9,7 +9,6 @@ import pytest
 
 import attention
 from kind_harness import package_kinds
-from training import loop
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -30,12 +29,9 @@ def _one_error_line(process: subprocess.CompletedProcess) -> str:
 
 
 @pytest.fixture(scope="module")
-def trained(tiny_config, tmp_path_factory):
-    """(workdir, the train.py flags of its config) of a finished tiny run on the shared data files: the tiny
-    config as other files train it, whose compiled steps the session's compilation cache then shares."""
-    config = tiny_config()
-    workdir = str(tmp_path_factory.mktemp("run"))
-    loop.train_and_evaluate(config, workdir)
+def trained(tiny_run):
+    """(workdir, the train.py flags of its config) of a finished tiny run (the session's: tests copy it)."""
+    config, workdir = tiny_run
     flags = ["--config=configs/translation.py:tiny",
              "--config.dataset.name=files", f"--config.dataset.train_file={config.dataset.train_file}",
              f"--config.dataset.test_file={config.dataset.test_file}"]
