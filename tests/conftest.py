@@ -128,11 +128,12 @@ def data_files(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_run(tiny_config, tmp_path_factory):
-    """(config, workdir) of a finished run of tiny_config(), trained once in the session by the first worker
-    that asks for it. Read-only: a test that would write there works on a copy."""
+    """(config, workdir) of a finished run of tiny_config() with its plots, trained once in the session by
+    the first worker that asks for it. Read-only: a test that would write there works on a copy."""
     from training import loop
 
     config = tiny_config()
+    config.eval.plots = True
     with _shared(tmp_path_factory, "tiny_run") as workdir:
         if not workdir.exists():
             try:

@@ -32,7 +32,7 @@ def _one_error_line(process: subprocess.CompletedProcess) -> str:
 def trained(tiny_run):
     """(workdir, the train.py flags of its config) of a finished tiny run (the session's: tests copy it)."""
     config, workdir = tiny_run
-    flags = ["--config=configs/translation.py:tiny",
+    flags = ["--config=configs/translation.py:tiny", "--config.eval.plots=True",
              "--config.dataset.name=files", f"--config.dataset.train_file={config.dataset.train_file}",
              f"--config.dataset.test_file={config.dataset.test_file}"]
     return workdir, flags
