@@ -1,5 +1,10 @@
 """Shared fixtures: tiny SCAN files and the tiny config that trains on them. W&B is always off."""
+import collections
+import contextlib
+import fcntl
 import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -15,12 +20,65 @@ if ON_ACCELERATOR:
 else:
     os.environ["JAX_PLATFORMS"] = "cpu"
     # The suite compiles hundreds of tiny programs: LLVM's optimisation is about a quarter of its CPU time
-    # and buys nothing at these shapes. Set before any test module imports JAX.
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0".strip()
+    # and buys nothing at these shapes; XLA's newer (MLIR) fusion emitters take about twice the compile
+    # time of the older ones for the same fusions. Set before any test module imports JAX.
+    os.environ["XLA_FLAGS"] = (f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0 "
+                               f"--xla_cpu_use_fusion_emitters=false").strip()
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "accelerator: worth running on a GPU or TPU too (make test-accelerator)")
+    if not ON_ACCELERATOR and not hasattr(config, "workerinput"):  # not in an xdist worker: it inherits it
+        _share_compilations(config)
+    if _last_seconds(config):  # xdist would otherwise hand out the files with the most tests first
+        config.option.loadscopereorder = False
+
+
+def _share_compilations(config) -> None:
+    """One persistent compilation cache for the session: its xdist workers (started after this, with this
+    environment) and the processes tests start (train.py, the sharding runs) compile a program once, where
+    most tiny runs of a config would compile the same train, eval and decoding steps again. The key is the
+    program, the XLA flags and the devices, so a hit is the program a compilation would give; a reader
+    that meets an entry being written falls back to compiling. Removed when the session ends; a directory
+    that JAX_COMPILATION_CACHE_DIR already names is kept and used."""
+    if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+        config.stash[_OWN_CACHE] = os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="jax-cache-")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")  # the default, 1 s, skips most
+
+
+_OWN_CACHE = pytest.StashKey[str]()
+
+
+def pytest_unconfigure(config):
+    if _OWN_CACHE in config.stash:
+        shutil.rmtree(config.stash[_OWN_CACHE], ignore_errors=True)
+
+
+# ---- the longest files first -------------------------------------------------------------------------
+# `make test` hands whole files to its workers (--dist loadfile): a long file started last keeps one worker
+# busy while the others have nothing left. So the files go out longest first, by their seconds in the
+# last run that ran them (pytest's cache, .pytest_cache); files it did not run, in collection order after.
+_SECONDS_KEY = "attention-lab/seconds-per-file"
+_seconds = collections.Counter()  # this session's, per file: setup, call and teardown of its tests
+
+
+def _last_seconds(config) -> dict:
+    cache = getattr(config, "cache", None)  # None under -p no:cacheprovider
+    return cache.get(_SECONDS_KEY, {}) if cache else {}
+
+
+def pytest_collection_modifyitems(config, items):
+    last = _last_seconds(config)
+    items.sort(key=lambda item: -last.get(item.nodeid.split("::")[0], 0.0))  # stable: a file's own order
+
+
+def pytest_runtest_logreport(report):
+    _seconds[report.nodeid.split("::")[0]] += report.duration  # xdist's controller sees every worker's
+
+
+def pytest_sessionfinish(session):
+    if getattr(session.config, "cache", None) and not hasattr(session.config, "workerinput"):
+        session.config.cache.set(_SECONDS_KEY, {**_last_seconds(session.config), **_seconds})
 
 
 def _where_tests_ran() -> str:
@@ -40,17 +98,50 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(_where_tests_ran())
 
 
+@contextlib.contextmanager
+def _shared(tmp_path_factory, name: str):
+    """The path `name` in the directory that every xdist worker of the session sees, held by this worker
+    (a file lock) inside the block: the first worker to get there builds it, the others find it built."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the session's base directory, above each worker's own
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
+        yield root / name
+
+
 @pytest.fixture(scope="session")
 def data_files(tmp_path_factory):
-    """300 SCAN training pairs as TSV and 40 test pairs in SCAN's own format."""
+    """300 SCAN training pairs as TSV and 40 test pairs in SCAN's own format: one copy for the session's
+    workers, since a run's config names its files (tiny_run's is shared)."""
     from data import scan_grammar
 
-    train, test = scan_grammar.simple()
-    directory = tmp_path_factory.mktemp("data")
-    train_file, test_file = directory / "train.tsv", directory / "test.txt"
-    train_file.write_text("".join(f"{s}\t{t}\n" for s, t in train[:300]))
-    test_file.write_text("".join(f"IN: {s} OUT: {t}\n" for s, t in test[:40]))
+    with _shared(tmp_path_factory, "data") as directory:
+        train_file, test_file = directory / "train.tsv", directory / "test.txt"
+        if not test_file.exists():
+            train, test = scan_grammar.simple()
+            directory.mkdir(exist_ok=True)
+            train_file.write_text("".join(f"{s}\t{t}\n" for s, t in train[:300]))
+            test_file.write_text("".join(f"IN: {s} OUT: {t}\n" for s, t in test[:40]))
     return str(train_file), str(test_file)
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tiny_config, tmp_path_factory):
+    """(config, workdir) of a finished run of tiny_config() with its plots, trained once in the session by
+    the first worker that asks for it. Read-only: a test that would write there works on a copy."""
+    from training import loop
+
+    config = tiny_config()
+    config.eval.plots = True
+    with _shared(tmp_path_factory, "tiny_run") as workdir:
+        if not workdir.exists():
+            try:
+                loop.train_and_evaluate(config, str(workdir))
+            except BaseException:
+                shutil.rmtree(workdir, ignore_errors=True)  # for the next test that asks to train it again
+                raise
+    return config, str(workdir)
 
 
 @pytest.fixture(scope="session")

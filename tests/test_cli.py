@@ -9,7 +9,7 @@ import pytest
 
 import attention
 from kind_harness import package_kinds
-from training import locks, loop
+from training import locks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -30,13 +30,10 @@ def _one_error_line(process: subprocess.CompletedProcess) -> str:
 
 
 @pytest.fixture(scope="module")
-def trained(tiny_config, tmp_path_factory):
-    """(workdir, the train.py flags of its config) of a finished tiny run on the shared data files."""
-    config = tiny_config()
-    config.num_train_steps, config.eval.rank_examples = 4, 2
-    workdir = str(tmp_path_factory.mktemp("run"))
-    loop.train_and_evaluate(config, workdir)
-    flags = ["--config=configs/translation.py:tiny", "--config.num_train_steps=4", "--config.eval.rank_examples=2",
+def trained(tiny_run):
+    """(workdir, the train.py flags of its config) of a finished tiny run (the session's: tests copy it)."""
+    config, workdir = tiny_run
+    flags = ["--config=configs/translation.py:tiny", "--config.eval.plots=True",
              "--config.dataset.name=files", f"--config.dataset.train_file={config.dataset.train_file}",
              f"--config.dataset.test_file={config.dataset.test_file}"]
     return workdir, flags

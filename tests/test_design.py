@@ -66,10 +66,10 @@ def object_violations(value, schema: dict, path: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def eval_files(tiny_config, tmp_path_factory) -> dict[str, dict]:
-    """task -> the eval.json of a tiny run, as read back from the workdir: translation and ListOps."""
-    translation = str(tmp_path_factory.mktemp("translation"))
-    loop.train_and_evaluate(tiny_config(), translation)
+def eval_files(tiny_run, tmp_path_factory) -> dict[str, dict]:
+    """task -> the eval.json of a tiny run, as read back from the workdir: translation (the session's tiny
+    run) and ListOps."""
+    _, translation = tiny_run
     listops = tmp_path_factory.mktemp("listops")
     config = listops_config.get_config("tiny")
     config.dataset.data_dir = str(listops / "datasets")

@@ -224,10 +224,13 @@ def _nan_at_steps(monkeypatch, steps: set[int]) -> None:
     monkeypatch.setattr(translation, "metric_sums", sums_times_factor)
 
 
+NONFINITE_STEPS = 10  # both tests below: the same schedule, so the same train step (compiled once)
+
+
 def test_nonfinite_skip_trains_on_and_counts_skipped_steps(tiny_config, tmp_path, monkeypatch, capsys,
                                                            no_final_evaluation):
     config = tiny_config()
-    config.nonfinite, config.num_train_steps = "skip", 10
+    config.nonfinite, config.num_train_steps = "skip", NONFINITE_STEPS
     _nan_at_steps(monkeypatch, {2, 3})  # steps 3 and 4 of the first logging window
     loop.train_and_evaluate(config, str(tmp_path))
     train = [line for line in _metric_lines(str(tmp_path)) if line["split"] == "train"]
@@ -244,6 +247,7 @@ def test_nonfinite_skip_trains_on_and_counts_skipped_steps(tiny_config, tmp_path
 
 def test_nonfinite_stop_names_the_step(tiny_config, tmp_path, monkeypatch):
     config = tiny_config()
+    config.num_train_steps = NONFINITE_STEPS
     _nan_at_steps(monkeypatch, {3})
     with pytest.raises(FloatingPointError, match="non-finite loss or gradient at step 4; stopping"):
         loop.train_and_evaluate(config, str(tmp_path))

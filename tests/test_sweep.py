@@ -149,9 +149,14 @@ def test_workdir_placeholder_takes_the_agents_run_id_or_names_the_variable(monke
 
 def test_an_agents_run_keeps_its_id_groups_by_sweep_and_refuses_another_runs_workdir(tiny_config, tmp_path,
                                                                                        monkeypatch):
+    import wandb
+
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv(metrics.RUN_ID_VAR, "run0001")
     monkeypatch.setenv(metrics.SWEEP_ID_VAR, "sweep01")
+    # W&B reads these variables once per process, at its first run: one that an earlier test in this worker
+    # started (tests/test_wandb.py) would keep them from reaching this one.
+    wandb.teardown()
     config = tiny_config()
     writer = loop._metrics_writer(tasks.get(config.task), config, str(tmp_path), 0)
     try:

@@ -13,12 +13,9 @@ from training.workdirs import WorkdirError
 
 
 @pytest.fixture(scope="module")
-def trained(tiny_config, tmp_path_factory):
-    """(config, workdir) of a finished tiny run."""
-    config = tiny_config()
-    workdir = str(tmp_path_factory.mktemp("run"))
-    loop.train_and_evaluate(config, workdir)
-    return config, workdir
+def trained(tiny_run):
+    """(config, workdir) of a finished tiny run (the session's: tests copy it before writing)."""
+    return tiny_run
 
 
 def _copy(trained, tmp_path) -> str:
