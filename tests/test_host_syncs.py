@@ -6,7 +6,8 @@ per checkpoint, which saves them), through one explicit jax.device_get."""
 import jax
 import pytest
 
-from training import loop, translation
+from tasks import translation
+from training import loop
 
 pytestmark = pytest.mark.accelerator  # make test-accelerator runs it where device-to-host is guarded too
 

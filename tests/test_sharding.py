@@ -49,7 +49,8 @@ def _child(out: str, devices: int, files) -> None:
     import jax
     from jax.tree_util import keystr, tree_flatten_with_path
 
-    from training import loop, translation
+    from tasks import translation
+    from training import loop
     from training.checkpoints import Checkpoints
 
     assert jax.device_count() == devices
@@ -195,7 +196,8 @@ def test_bfloat16_compute_keeps_float32_state_and_a_loss_close_to_float32(runs, 
     from flax import nnx
 
     from data import pipeline
-    from training import steps, translation
+    from tasks import translation
+    from training import steps
 
     config = _config(data_files, 1, {})  # the reference run's config, batches and schedule
     data = translation.prepare_data(config, str(tmp_path))
@@ -226,7 +228,7 @@ def test_bfloat16_compute_keeps_float32_state_and_a_loss_close_to_float32(runs, 
 
 def test_tokens_per_sec_counts_the_non_padding_tokens_of_each_step(runs, data_files, tmp_path):
     from data import pipeline
-    from training import translation
+    from tasks import translation
 
     data = translation.prepare_data(_config(data_files, 1, {}), str(tmp_path))
     for line in runs["replicated"]["train"]:  # logged every step: the window is that step
