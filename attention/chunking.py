@@ -37,10 +37,30 @@ _ALIASES = {"cuda": "gpu", "rocm": "gpu"}
 def chunk_size_for(platform: str, length: int) -> int:
     """The causal chunk length for sequences of `length` positions on `platform` (callers cap it at the
     length: a chunk longer than the sequence is the sequence)."""
-    entries = TABLE.get(_ALIASES.get(platform, platform))
+    return _lookup(TABLE, platform, length, DEFAULT_CHUNK)
+
+
+def _lookup(table: dict, platform: str, length: int, default):
+    entries = table.get(_ALIASES.get(platform, platform))
     if entries is None:
-        return DEFAULT_CHUNK
-    for bound, chunk in entries:
+        return default
+    for bound, value in entries:
         if bound is None or length <= bound:
-            return chunk
+            return value
     return entries[-1][1]
+
+
+# platform -> ((largest length, strategy), ...) of attention/chunked_sums.py: "sequential" (one pass over
+# chunks carrying the state) or "parallel" (every chunk at once, a prefix sum between). Provisional: to be
+# replaced by measurements.
+STRATEGIES = {
+    "cpu": ((None, "sequential"),),
+    "gpu": ((None, "parallel"),),
+    "tpu": ((None, "parallel"),),
+}
+DEFAULT_STRATEGY = "parallel"
+
+
+def strategy_for(platform: str, length: int) -> str:
+    """How attention/chunked_sums.py carries the state across the chunks of `length` positions on `platform`."""
+    return _lookup(STRATEGIES, platform, length, DEFAULT_STRATEGY)
