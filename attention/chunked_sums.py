@@ -82,7 +82,7 @@ def carried(state, added, decay):
     return matrix + matrix_added, vector + vector_added
 
 
-# --- one chunk (any leading axes: [G] in a pass over chunks, [n, G] for all at once) ---------------------------
+# --- one chunk (any leading axes: [G] in a pass over chunks, [n, G] for all at once) --------------------------
 
 
 def _causally(x, factors):
@@ -162,7 +162,7 @@ def state_cotangent(q, parts: Cotangents, normaliser, unit: Units):
     return _sums("...qm,...qd->...md", q, parts.numerator), _sums("...qm,...q->...m", q, normaliser[..., 0])
 
 
-# --- layout ----------------------------------------------------------------------------------------------------
+# --- layout ---------------------------------------------------------------------------------------------------
 
 
 def to_chunks(x, chunk: int, mode="constant"):
@@ -228,7 +228,7 @@ class Chunks(NamedTuple):
                 jnp.zeros((groups, width), jnp.float32))
 
 
-# --- the sequential strategy: passes over chunks ---------------------------------------------------------------
+# --- the sequential strategy: passes over chunks --------------------------------------------------------------
 
 
 def _sequential_forward(chunks: Chunks, batch: int, length: int):
@@ -301,7 +301,7 @@ def _sequential_backward(chunks: Chunks, denominators, out_cotangent, length: in
     return dq[:, :length], dk[:, :length], dv[:, :length], normalisers
 
 
-# --- the parallel strategy: every chunk at once ------------------------------------------------------------------
+# --- the parallel strategy: every chunk at once ---------------------------------------------------------------
 
 
 def exclusive_prefix(added, decay, reverse: bool = False):
@@ -344,7 +344,7 @@ def _parallel_backward(chunks: Chunks, denominators, out_cotangent, length: int)
     return (*grads, normalisers)
 
 
-# --- the custom VJP ---------------------------------------------------------------------------------------------
+# --- the custom VJP -------------------------------------------------------------------------------------------
 
 _FORWARD = {"sequential": _sequential_forward, "parallel": _parallel_forward}
 _BACKWARD = {"sequential": _sequential_backward, "parallel": _parallel_backward}
@@ -379,7 +379,7 @@ def _causal_backward(chunk, strategy, residuals, out_cotangent):
 causal_sums.defvjp(_causal_forward, _causal_backward)
 
 
-# --- bidirectional: one state over every key ---------------------------------------------------------------------
+# --- bidirectional: one state over every key, in the layout [B*H, L, *] ---------------------------------------
 
 
 @jax.custom_vjp
@@ -389,27 +389,42 @@ def bidirectional_sums(phi_q, phi_k, v, eps):
     return _bidirectional_forward(phi_q, phi_k, v, eps)[0]
 
 
+def _whole(x):
+    """[B, L, H, d] -> [B*H, L, d]: one chunk of every position."""
+    batch, length, heads, width = x.shape
+    return x.transpose(0, 2, 1, 3).reshape(batch * heads, length, width)
+
+
+def _from_whole(x, batch: int):
+    """[B*H, L, d] -> [B, L, H, d]."""
+    groups, length, width = x.shape
+    return x.reshape(batch, groups // batch, length, width).transpose(0, 2, 1, 3)
+
+
 def _bidirectional_forward(phi_q, phi_k, v, eps):
-    matrix, vector = _sums("bkhm,bkhd->bhmd", phi_k, v), phi_k.sum(1, dtype=jnp.float32)
-    normaliser = _sums("bqhm,bhm->bqh", phi_q, vector)[..., None]
-    denominator = jnp.maximum(normaliser + eps, _TINY)
-    out = _sums("bqhm,bhmd->bqhd", phi_q, matrix) / denominator
-    return out.astype(v.dtype), (phi_q, phi_k, v, eps, matrix, vector, denominator)
+    q, k, values = _whole(phi_q), _whole(phi_k), _whole(v)
+    matrix, vector = chunk_state(k, values, units(None))
+    eps_rows = _whole(eps) if jnp.ndim(eps) else eps
+    denominator = jnp.maximum(_sums("...qm,...m->...q", q, vector)[..., None] + eps_rows, _TINY)
+    out = _sums("...qm,...md->...qd", q, matrix) / denominator
+    return _from_whole(out.astype(v.dtype), v.shape[0]), (q, k, values, eps, matrix, vector,
+                                                                         denominator)
 
 
 def _bidirectional_backward(residuals, out_cotangent):
-    phi_q, phi_k, v, eps, matrix, vector, denominator = residuals
-    numerator = out_cotangent / denominator
-    by_state = _sums("bqhd,bhmd->bqhm", numerator, matrix)
-    products = (phi_q * by_state).sum(-1, keepdims=True)
-    normaliser = jnp.where(denominator > _TINY, -products / denominator, 0.0)
-    dq = by_state + normaliser * vector[:, None]
-    matrix_cotangent = _sums("bqhm,bqhd->bhmd", phi_q, numerator)
-    vector_cotangent = _sums("bqhm,bqh->bhm", phi_q, normaliser[..., 0])
-    dk = _sums("bkhd,bhmd->bkhm", v, matrix_cotangent) + vector_cotangent[:, None]
-    dv = _sums("bkhm,bhmd->bkhd", phi_k, matrix_cotangent)
-    eps_cotangent = normaliser if jnp.ndim(eps) else normaliser.sum()
-    return dq.astype(phi_q.dtype), dk.astype(phi_k.dtype), dv.astype(v.dtype), eps_cotangent
+    q, k, values, eps, matrix, vector, denominator = residuals
+    batch = out_cotangent.shape[0]
+    numerator = _whole(out_cotangent) / denominator
+    by_state = _sums("...qd,...md->...qm", numerator, matrix)
+    normaliser = jnp.where(denominator > _TINY, -(q * by_state).sum(-1, keepdims=True) / denominator, 0.0)
+    dq = by_state + normaliser * vector[..., None, :]
+    matrix_cotangent = _sums("...qm,...qd->...md", q, numerator)
+    vector_cotangent = _sums("...qm,...q->...m", q, normaliser[..., 0])
+    dk = _sums("...kd,...md->...km", values, matrix_cotangent) + vector_cotangent[..., None, :]
+    dv = _sums("...km,...md->...kd", k, matrix_cotangent)
+    grads = (_from_whole(x.astype(y.dtype), batch) for x, y in ((dq, q), (dk, k), (dv, values)))
+    eps_cotangent = _from_whole(normaliser, batch) if jnp.ndim(eps) else normaliser.sum()
+    return (*grads, eps_cotangent)
 
 
 bidirectional_sums.defvjp(_bidirectional_forward, _bidirectional_backward)

@@ -6,9 +6,10 @@ bidirectional form sums phi(k) v^T over keys once, O(L m Dv); the causal form wo
 positions, quadratic inside a chunk and through the states of the chunks before it across chunks.
 
 `implementation` (the kinds' option) picks who computes them: "xla" (and "auto"), the custom-VJP sums of
-attention/chunked_sums.py; and "autodiff", the former path below (XLA's autodiff of the chunked sums, the normaliser a column of ones
-appended to v, every chunk state, its prefix sum and shifted copy stored for the backward), kept as the
-reference that tests/test_linear_paths.py and the benchmark's side-by-side compare the others with.
+attention/chunked_sums.py; and "autodiff", the former path below (XLA's autodiff of the chunked sums, the
+normaliser a column of ones appended to v, every chunk state, its prefix sum and shifted copy stored for
+the backward), kept as the reference that tests/test_linear_paths.py and the benchmark's side-by-side
+compare the others with.
 
 Mixed precision: with bfloat16 (or float16) inputs, every sum of products (the states, their prefix
 sums, the scores, the normaliser) accumulates and stays in float32, and so does the division; only the

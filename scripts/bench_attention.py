@@ -66,6 +66,7 @@ from flax import nnx
 
 import attention
 from attention import fused
+from attention.kernelized_base import KernelizedAttention
 from scripts import command_line
 
 REFERENCE = "reference"  # jax.nn.dot_product_attention, not a registered kind
@@ -119,10 +120,14 @@ def parse_masks(text: str) -> list[str]:
 
 
 def kind_options(kind: str, num_features: int, implementation: str = "auto") -> dict:
-    """The bench's options for `kind`: --num_features and --implementation for the kinds that take them,
-    defaults otherwise."""
-    candidates = {"num_features": num_features, "implementation": implementation}
-    return {} if kind == REFERENCE else attention.select_options(kind, candidates)
+    """The bench's options for `kind`: --num_features and --implementation (softmax's kernel) for the kinds
+    that take them, defaults otherwise (a kernelised kind's `implementation` is its own: auto)."""
+    if kind == REFERENCE:
+        return {}
+    candidates = {"num_features": num_features}
+    if not issubclass(attention.registry.get(kind), KernelizedAttention):
+        candidates["implementation"] = implementation
+    return attention.select_options(kind, candidates)
 
 
 def modes(masks: list[str]) -> dict:
