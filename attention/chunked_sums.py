@@ -37,17 +37,28 @@ import jax
 import jax.numpy as jnp
 
 STRATEGIES = ("sequential", "parallel")
+# lax.scan's unroll of the loops over chunks. XLA's cost analysis counts a loop's body once, whatever its trip
+# count: scripts/roofline.py compiles a program a second time with 2 to count one trip of each loop.
+UNROLL = 1
 _TINY = float(jnp.finfo(jnp.float32).tiny)
 
 
 def _sums(subscripts, *operands):
-    """jnp.einsum accumulated and returned in float32 (at least), whatever the operands' dtype."""
+    """jnp.einsum accumulated and returned in float32 (at least), whatever the operands' dtype. Operands of two
+    dtypes meet in the wider one, explicitly: Triton's dot (linear_pallas.py) takes one element type."""
+    dtype = jnp.result_type(*operands)
+    operands = [x.astype(dtype) for x in operands]
     return jnp.einsum(subscripts, *operands, preferred_element_type=jnp.float32)
 
 
 def _times(x, factor):
     """x * factor, or x itself where there is no stabiliser (every factor is 1)."""
     return x if factor is None else x * factor
+
+
+def _row_sums(x, vector):
+    """x [..., C, m] . vector [..., m] -> [..., C, 1] in float32."""
+    return (x * vector[..., None, :]).sum(-1, keepdims=True, dtype=jnp.float32)
 
 
 def _causal(size: int):
@@ -67,7 +78,7 @@ def units(stabiliser) -> Units:
     if stabiliser is None:
         return Units(None, None, None, None)
     c, received = stabiliser
-    last = c[..., -1]
+    last = c.max(-1)  # the chunk's last: c is a running max
     factors = jnp.exp(jnp.where(_causal(c.shape[-1]), c[..., None, :] - c[..., :, None], -jnp.inf))
     return Units(factors, jnp.exp(received[..., None] - c)[..., None], jnp.exp(c - last[..., None])[..., None],
                  jnp.exp(received - last))
@@ -108,8 +119,8 @@ def chunk_forward(q, k, v, state, eps, unit: Units):
     weights = scores(q, k, unit.factors)
     numerator = _times(_sums("...qm,...md->...qd", q, matrix), unit.to_query) + _sums("...qk,...kd->...qd",
                                                                                        weights, v)
-    normaliser = (_times(_sums("...qm,...m->...q", q, vector)[..., None], unit.to_query)
-                  + weights.sum(-1, keepdims=True))
+    # Products with the vector z as a multiply and a sum: a Triton kernel (linear_pallas.py) has no matvec.
+    normaliser = _times(_row_sums(q, vector), unit.to_query) + weights.sum(-1, keepdims=True)
     denominator = jnp.maximum(normaliser + eps, _TINY)
     return numerator / denominator, denominator
 
@@ -159,7 +170,7 @@ def key_value_gradients(q, k, v, parts: Cotangents, score_grad, state_cotangent,
 def state_cotangent(q, parts: Cotangents, normaliser, unit: Units):
     """The cotangent of the state a chunk received, from its own queries: (Q^T dN, Q^T dD) in its units."""
     q = _times(q, unit.to_query)
-    return _sums("...qm,...qd->...md", q, parts.numerator), _sums("...qm,...q->...m", q, normaliser[..., 0])
+    return _sums("...qm,...qd->...md", q, parts.numerator), (q * normaliser).sum(-2)
 
 
 # --- layout ---------------------------------------------------------------------------------------------------
@@ -228,7 +239,35 @@ class Chunks(NamedTuple):
                 jnp.zeros((groups, width), jnp.float32))
 
 
-# --- the sequential strategy: passes over chunks --------------------------------------------------------------
+# --- one step of each pass over chunks (the sequential strategy's, and the Pallas kernels' of linear_pallas.py) -
+
+
+def forward_step(state, q, k, v, eps, stabiliser):
+    """(the state after the chunk, its output N / D, its denominator D) in float32."""
+    unit = units(stabiliser)
+    out, denominator = chunk_forward(q, k, v, state, eps, unit)
+    return carried(state, chunk_state(k, v, unit), unit.decay), out, denominator
+
+
+def query_step(state, q, k, v, out_cotangent, denominator, stabiliser):
+    """(the state after the chunk, its dq, its D's cotangent) in float32, given the state it received."""
+    unit = units(stabiliser)
+    parts = cotangents(q, k, v, out_cotangent, denominator, unit)
+    by_state, normaliser = normaliser_cotangent(q, parts, denominator, state[0], unit)
+    dq = query_gradient(k, state[1], by_state, normaliser, score_cotangent(parts, normaliser, unit), unit)
+    return carried(state, chunk_state(k, v, unit), unit.decay), dq, normaliser
+
+
+def key_step(cotangent, q, k, v, out_cotangent, denominator, normaliser, stabiliser):
+    """(the cotangent of the state the chunk received, its dk, its dv) in float32, given the cotangent of the
+    state it passes on (a pass in reverse)."""
+    unit = units(stabiliser)
+    parts = cotangents(q, k, v, out_cotangent, denominator, unit)
+    dk, dv = key_value_gradients(q, k, v, parts, score_cotangent(parts, normaliser, unit), cotangent, unit)
+    return carried(cotangent, state_cotangent(q, parts, normaliser, unit), unit.decay), dk, dv
+
+
+# --- the sequential strategy: lax.scan passes over chunks -----------------------------------------------------
 
 
 def _sequential_forward(chunks: Chunks, batch: int, length: int):
@@ -237,18 +276,16 @@ def _sequential_forward(chunks: Chunks, batch: int, length: int):
     def step(carry, xs):
         state, out = carry
         index, (q, k, v, eps, stabiliser) = xs
-        unit = units(stabiliser)
-        chunk_out, denominator = chunk_forward(q, k, v, state, chunks.eps_of(eps), unit)
-        state = carried(state, chunk_state(k, v, unit), unit.decay)
+        state, chunk_out, denominator = forward_step(state, q, k, v, chunks.eps_of(eps), stabiliser)
         return (state, _write(out, chunk_out, index)), denominator
 
     out = jnp.zeros((batch, num_chunks * chunk, chunks.q.shape[1] // batch, chunks.v.shape[-1]), chunks.v.dtype)
     (_, out), denominators = jax.lax.scan(step, (chunks.zero_state(), out),
-                                          (jnp.arange(num_chunks), chunks.per_chunk()))
+                                          (jnp.arange(num_chunks), chunks.per_chunk()), unroll=UNROLL)
     return out[:, :length], denominators
 
 
-def _padded_rows(x, chunk: int):
+def padded_rows(x, chunk: int):
     """x [B, L, H, d] padded with zeros to whole chunks."""
     return jnp.pad(x, ((0, 0), (0, -x.shape[1] % chunk), (0, 0), (0, 0)))
 
@@ -260,16 +297,13 @@ def _sequential_query_pass(chunks: Chunks, denominators, out_cotangent):
     def step(carry, xs):
         state, dq = carry
         index, (q, k, v, _, stabiliser), denominator = xs
-        unit = units(stabiliser)
-        parts = cotangents(q, k, v, _read(out_cotangent, index, chunk), denominator, unit)
-        by_state, normaliser = normaliser_cotangent(q, parts, denominator, state[0], unit)
-        score_grad = score_cotangent(parts, normaliser, unit)
-        dq = _write(dq, query_gradient(k, state[1], by_state, normaliser, score_grad, unit), index)
-        return (carried(state, chunk_state(k, v, unit), unit.decay), dq), normaliser
+        state, chunk_dq, normaliser = query_step(state, q, k, v, _read(out_cotangent, index, chunk), denominator,
+                                                 stabiliser)
+        return (state, _write(dq, chunk_dq, index)), normaliser
 
     dq = jnp.zeros(out_cotangent.shape[:-1] + chunks.q.shape[-1:], chunks.q.dtype)
     xs = (jnp.arange(chunks.q.shape[0]), chunks.per_chunk(), denominators)
-    (_, dq), normalisers = jax.lax.scan(step, (chunks.zero_state(), dq), xs)
+    (_, dq), normalisers = jax.lax.scan(step, (chunks.zero_state(), dq), xs, unroll=UNROLL)
     return dq, normalisers
 
 
@@ -280,22 +314,19 @@ def _sequential_key_pass(chunks: Chunks, denominators, normalisers, out_cotangen
     def step(carry, xs):
         cotangent, dk, dv = carry
         index, (q, k, v, _, stabiliser), denominator, normaliser = xs
-        unit = units(stabiliser)
-        parts = cotangents(q, k, v, _read(out_cotangent, index, chunk), denominator, unit)
-        chunk_dk, chunk_dv = key_value_gradients(q, k, v, parts, score_cotangent(parts, normaliser, unit),
-                                                 cotangent, unit)
-        cotangent = carried(cotangent, state_cotangent(q, parts, normaliser, unit), unit.decay)
+        cotangent, chunk_dk, chunk_dv = key_step(cotangent, q, k, v, _read(out_cotangent, index, chunk),
+                                                 denominator, normaliser, stabiliser)
         return (cotangent, _write(dk, chunk_dk, index), _write(dv, chunk_dv, index)), None
 
     dk = jnp.zeros(out_cotangent.shape[:-1] + chunks.k.shape[-1:], chunks.k.dtype)
     dv = jnp.zeros(out_cotangent.shape, chunks.v.dtype)
     xs = (jnp.arange(chunks.q.shape[0]), chunks.per_chunk(), denominators, normalisers)
-    (_, dk, dv), _ = jax.lax.scan(step, (chunks.zero_state(), dk, dv), xs, reverse=True)
+    (_, dk, dv), _ = jax.lax.scan(step, (chunks.zero_state(), dk, dv), xs, reverse=True, unroll=UNROLL)
     return dk, dv
 
 
 def _sequential_backward(chunks: Chunks, denominators, out_cotangent, length: int):
-    out_cotangent = _padded_rows(out_cotangent, chunks.q.shape[2])
+    out_cotangent = padded_rows(out_cotangent, chunks.q.shape[2])
     dq, normalisers = _sequential_query_pass(chunks, denominators, out_cotangent)
     dk, dv = _sequential_key_pass(chunks, denominators, normalisers, out_cotangent)
     return dq[:, :length], dk[:, :length], dv[:, :length], normalisers
@@ -319,7 +350,7 @@ def exclusive_prefix(added, decay, reverse: bool = False):
         return carried(state, xs[0], xs[1]), state
 
     zero = tuple(jnp.zeros_like(x[0]) for x in added)
-    return jax.lax.scan(step, zero, (added, decay), reverse=reverse)[1]
+    return jax.lax.scan(step, zero, (added, decay), reverse=reverse, unroll=UNROLL)[1]
 
 
 def _parallel_forward(chunks: Chunks, batch: int, length: int):

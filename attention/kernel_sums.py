@@ -5,11 +5,13 @@ The n x n matrix phi(Q) phi(K)^T (rank <= feature_dim) is never formed but by `e
 bidirectional form sums phi(k) v^T over keys once, O(L m Dv); the causal form works in chunks of C
 positions, quadratic inside a chunk and through the states of the chunks before it across chunks.
 
-`implementation` (the kinds' option) picks who computes them: "xla" (and "auto"), the custom-VJP sums of
-attention/chunked_sums.py; and "autodiff", the former path below (XLA's autodiff of the chunked sums, the
-normaliser a column of ones appended to v, every chunk state, its prefix sum and shifted copy stored for
-the backward), kept as the reference that tests/test_linear_paths.py and the benchmark's side-by-side
-compare the others with.
+`implementation` (the kinds' option) picks who computes them: "xla", the custom-VJP sums of
+attention/chunked_sums.py; "pallas", the kernels of attention/linear_pallas.py (causal: bidirectional
+attention is two matmuls and stays on "xla"; off a GPU in interpret mode, for tests); "auto", the kernels
+where they compile (a GPU, widths they take), else "xla"; and "autodiff", the former path below (XLA's
+autodiff of the chunked sums, the normaliser a column of ones appended to v, every chunk state, its prefix
+sum and shifted copy stored for the backward), kept as the reference that tests/test_linear_paths.py and
+the benchmark's side-by-side compare the others with.
 
 Mixed precision: with bfloat16 (or float16) inputs, every sum of products (the states, their prefix
 sums, the scores, the normaliser) accumulates and stays in float32, and so does the division; only the
@@ -22,9 +24,9 @@ one step is O(1) in the position either way.
 import jax
 import jax.numpy as jnp
 
-from attention import chunked_sums, chunking, masks
+from attention import chunked_sums, chunking, linear_pallas, masks
 
-IMPLEMENTATIONS = ("auto", "xla", "autodiff")
+IMPLEMENTATIONS = ("auto", "xla", "pallas", "autodiff")
 
 
 def _with_ones(v):
@@ -122,15 +124,10 @@ def autodiff_causal_linear_attention(phi_q, phi_k, v, eps, chunk: int, key_stabi
     return _normalise(out, eps).astype(v.dtype)
 
 
-def select(implementation: str, phi_q, v) -> str:
-    """The implementation that computes the sums of phi_q against values v: `implementation` itself but for
-    "auto"."""
-    return "xla" if implementation == "auto" else implementation
-
-
 def bidirectional_linear_attention(phi_q, phi_k, v, eps, implementation: str = "xla"):
     """phi_q [B, Lq, H, m], phi_k [B, Lk, H, m], v [B, Lk, H, Dv] -> [B, Lq, H, Dv] in v's dtype; `eps` a
-    scalar or per query [B, Lq, H, 1]; `implementation` "autodiff" or any other (see the module's docstring)."""
+    scalar or per query [B, Lq, H, 1]; `implementation` "autodiff", else the custom-VJP sums (see the module's
+    docstring)."""
     if implementation == "autodiff":
         return autodiff_bidirectional_linear_attention(phi_q, phi_k, v, eps)
     return chunked_sums.bidirectional_sums(phi_q, phi_k, v, jnp.asarray(eps, jnp.float32))
@@ -143,15 +140,28 @@ def causal_linear_attention(phi_q, phi_k, v, eps, chunk_size: int, key_stabilise
 
     `key_stabiliser` is a scalar where every key shares one scale; else the running max [B, L, H, 1] of the
     keys' stabilisers, phi_k of key j scaled down by exp(key_stabiliser[j]), and query i's output, and its
-    `eps`, in the units of exp(key_stabiliser[i]), which no later key changes. `implementation`: "xla" or
-    "autodiff" (see the module's docstring)."""
+    `eps`, in the units of exp(key_stabiliser[i]), which no later key changes. `implementation`: see the
+    module's docstring."""
     platform, length = jax.default_backend(), phi_q.shape[1]
     chunk = min(chunk_size or chunking.chunk_size_for(platform, length), length)
     if implementation == "autodiff":
         return autodiff_causal_linear_attention(phi_q, phi_k, v, eps, chunk, key_stabiliser)
     stabiliser = None if jnp.ndim(key_stabiliser) == 0 else key_stabiliser
-    return chunked_sums.causal_sums(phi_q, phi_k, v, jnp.asarray(eps, jnp.float32), stabiliser, chunk,
-                                    chunking.strategy_for(platform, length))
+    eps = jnp.asarray(eps, jnp.float32)
+    if _by_kernels(implementation, platform, phi_q.shape[-1], v.shape[-1], chunk):
+        return linear_pallas.causal_sums(phi_q, phi_k, v, eps, stabiliser, chunk, platform != "gpu")
+    return chunked_sums.causal_sums(phi_q, phi_k, v, eps, stabiliser, chunk, chunking.strategy_for(platform, length))
+
+
+def _by_kernels(implementation: str, platform: str, feature_dim: int, value_dim: int, chunk: int) -> bool:
+    """Whether the Pallas kernels compute the causal sums: for "pallas" (in interpret mode off a GPU; refused
+    on a GPU where they cannot compile), and for "auto" where they compile."""
+    if implementation not in ("auto", "pallas"):
+        return False
+    reason = linear_pallas.unsupported(platform, feature_dim, value_dim, chunk)
+    if implementation == "pallas" and platform == "gpu" and reason is not None:
+        raise ValueError(f"attention.implementation='pallas' cannot run here: {reason}")
+    return implementation == "pallas" or reason is None
 
 
 def explicit_weights(phi_q, phi_k, eps, causal: bool, key_stabiliser=0.0):

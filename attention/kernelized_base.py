@@ -87,11 +87,10 @@ class KernelizedAttention(nnx.Module):
 
     def __call__(self, q, k, v, mask=None, *, causal=False):
         phi_q, phi_k, key_stabiliser, eps = self._features_and_eps(q, k, mask, causal)
-        implementation = kernel_sums.select(self.implementation, phi_q, v)
         if causal:
             return kernel_sums.causal_linear_attention(phi_q, phi_k, v, eps, self.chunk_size, key_stabiliser,
-                                                       implementation)
-        return kernel_sums.bidirectional_linear_attention(phi_q, phi_k, v, eps, implementation)
+                                                       self.implementation)
+        return kernel_sums.bidirectional_linear_attention(phi_q, phi_k, v, eps, self.implementation)
 
     # --- incremental decoding (interface in attention/__init__.py) ------------------------------------
 
