@@ -67,7 +67,7 @@ from flax import nnx
 import attention
 from attention import fused
 from attention.kernelized_base import KernelizedAttention
-from scripts import command_line
+from scripts import command_line, roofline
 
 REFERENCE = "reference"  # jax.nn.dot_product_attention, not a registered kind
 DEFAULT_KINDS = "softmax,linear,performer," + REFERENCE
@@ -89,7 +89,7 @@ def parse_kinds(text: str) -> list[str]:
     """Comma-separated kinds, checked against the registry before anything compiles."""
     kinds = [kind.strip() for kind in text.split(",") if kind.strip()]
     known = attention.names()
-    unknown = [kind for kind in kinds if kind != REFERENCE and kind not in known]
+    unknown = [kind for kind in kinds if kind != REFERENCE and roofline.kind_of(kind) not in known]
     if unknown or not kinds:
         raise SystemExit(f"--kinds: unknown {unknown or '(empty)'}; known: {', '.join(known)}, {REFERENCE}")
     if len(set(kinds)) != len(kinds):
@@ -125,9 +125,9 @@ def kind_options(kind: str, num_features: int, implementation: str = "auto") -> 
     if kind == REFERENCE:
         return {}
     candidates = {"num_features": num_features}
-    if not issubclass(attention.registry.get(kind), KernelizedAttention):
+    if not issubclass(attention.registry.get(roofline.kind_of(kind)), KernelizedAttention):
         candidates["implementation"] = implementation
-    return attention.select_options(kind, candidates)
+    return {**attention.select_options(roofline.kind_of(kind), candidates), **roofline.variant_options(kind)}
 
 
 def modes(masks: list[str]) -> dict:
@@ -164,7 +164,8 @@ def build_layer(kind: str, heads: int, head_dim: int, options: dict, dtype="floa
     reference, which has no state."""
     if kind == REFERENCE:
         return None, {}
-    module = attention.create(kind, num_heads=heads, head_dim=head_dim, rngs=nnx.Rngs(0), **options)
+    module = attention.create(roofline.kind_of(kind), num_heads=heads, head_dim=head_dim, rngs=nnx.Rngs(0),
+                              **options)
     graphdef, state = nnx.split(module)
     return graphdef, in_dtype(state, dtype)
 
@@ -243,14 +244,16 @@ def seconds_per_call(program, arguments, calls: int) -> float:
 class Candidate:
     """One kind at one length in one mode, compiled and warmed up, waiting for its timing rounds."""
 
-    def __init__(self, kind, program, arguments, memory, compile_s, warmup_s, max_seconds, repeats):
+    def __init__(self, kind, program, arguments, memory, compile_s, warmup_s, max_seconds, repeats, work=None):
         self.kind, self.program, self.arguments = kind, program, arguments
         self.memory, self.compile_s, self.warmup_s = memory, compile_s, warmup_s
         self.calls = min(MAX_CALLS_PER_TIMING, max(1, int(TIMING_SECONDS / max(warmup_s, 1e-6))))
         # Already over budget once: one more call is the measurement, not `repeats` more.
         self.repeats = 1 if warmup_s > max_seconds else repeats
         self.seconds = []
-        self.flops = counted_flops(program)
+        # FLOPs and bytes: `work` where the caller counted them (scripts/roofline.py), else XLA's own count.
+        self.flops = counted_flops(program) if work is None else work["flops"]
+        self.bytes_accessed = None if work is None else work["bytes"]
 
     def time_once(self):
         if len(self.seconds) < self.repeats:
@@ -260,16 +263,24 @@ class Candidate:
 def _row(kind, causal, length, masked=False, **fields) -> dict:
     row = {"kind": kind, "causal": causal, "masked": masked, "length": length, "valid_keys": None, "ms": None,
            "ms_repeats": [], "calls_per_timing": None, "bytes": None, "memory": None, "flops": None,
+           "bytes_accessed": None,
            "compile_s": None, "skipped": None}
     return {**row, **fields}
 
 
 def _compile(layer, causal, arguments, reference_implementation=None):
-    """(compiled program, its planned memory, compile seconds) of one kind at one length."""
+    """(compiled program, its planned memory, compile seconds, its FLOPs and bytes: scripts/roofline.py) of
+    one kind at one length."""
     graphdef, _ = layer
+
+    def compile_program():
+        return gradient_program(graphdef, causal, reference_implementation).lower(*arguments).compile()
+
     started = time.perf_counter()
-    compiled = gradient_program(graphdef, causal, reference_implementation).lower(*arguments).compile()
-    return compiled, planned_memory(compiled), time.perf_counter() - started
+    compiled = compile_program()
+    compile_s = time.perf_counter() - started
+    work = roofline.work(compile_program, layer, causal, arguments[1].shape[1])
+    return compiled, planned_memory(compiled), compile_s, work
 
 
 def measure_length(kinds, layers, causal, length, settings, stopped: dict, masked: bool = False) -> list[dict]:
@@ -291,8 +302,8 @@ def measure_length(kinds, layers, causal, length, settings, stopped: dict, maske
         graphdef = layers[kind][0]
         kind_padding = None if padding is None else padding["lengths" if graphdef is None else "mask"]
         arguments = (layers[kind][1], *inputs, kind_padding)
-        compiled, memory, compile_s = _compile(layers[kind], causal, arguments,
-                                               settings.get("reference_implementation"))
+        compiled, memory, compile_s, work = _compile(layers[kind], causal, arguments,
+                                                     settings.get("reference_implementation"))
         if memory["total"] > settings["max_memory_gb"] * 2**30:
             reason = f"planned memory {memory['total'] / 2**30:.2f} GiB > --max_memory_gb={settings['max_memory_gb']}"
             stopped[kind] = f"{reason} at L={length}"
@@ -301,7 +312,7 @@ def measure_length(kinds, layers, causal, length, settings, stopped: dict, maske
             continue
         warmup_s = seconds_per_call(compiled, arguments, 1)  # sets `calls`
         candidates.append(Candidate(kind, compiled, arguments, memory, compile_s, warmup_s,
-                                    settings["max_seconds"], settings["repeats"]))
+                                    settings["max_seconds"], settings["repeats"], work))
     for _ in range(settings["repeats"]):  # rounds alternate between the kinds
         for candidate in candidates:
             candidate.time_once()
@@ -310,7 +321,8 @@ def measure_length(kinds, layers, causal, length, settings, stopped: dict, maske
         rows[candidate.kind] = _row(
             candidate.kind, causal, length, ms=ms, ms_repeats=[1e3 * s for s in candidate.seconds],
             calls_per_timing=candidate.calls, bytes=candidate.memory["total"], memory=candidate.memory,
-            flops=candidate.flops, compile_s=candidate.compile_s, masked=masked, valid_keys=valid)
+            flops=candidate.flops, bytes_accessed=candidate.bytes_accessed, compile_s=candidate.compile_s,
+            masked=masked, valid_keys=valid)
         slowest = max(ms / 1e3, candidate.warmup_s)
         if slowest > settings["max_seconds"]:
             stopped[candidate.kind] = (f"forward+backward {slowest:.2f} s > --max_seconds={settings['max_seconds']} "
@@ -328,16 +340,18 @@ def measure(kinds: list[str], lengths: list[int], settings: dict, log=print) -> 
     options = {kind: kind_options(kind, settings["num_features"], settings["implementation"]) for kind in kinds}
     layers = {kind: build_layer(kind, settings["heads"], settings["head_dim"], options[kind], settings["dtype"])
               for kind in kinds}
-    rows, started = [], time.perf_counter()
+    rows, started, rates = [], time.perf_counter(), [roofline.machine_rates()]
     for mode, (causal, masked) in modes(settings["masks"]).items():
         stopped = {}
         for length in lengths:
             measured = measure_length(kinds, layers, causal, length, settings, stopped, masked)
             rows.extend(measured)
             log(f"[{time.perf_counter() - started:6.1f} s] {mode} L={length}: " + ", ".join(map(_brief, measured)))
+    rates.append(roofline.machine_rates())
     return {"machine": machine(), "settings": {**settings, "kinds": kinds, "lengths": lengths},
             "options": options, "feature_dim": {kind: _feature_dim(layers[kind]) for kind in kinds},
-            "rows": rows, "elapsed_s": time.perf_counter() - started}
+            "rates": rates, "run_rates": roofline.annotate(rows, rates), "rows": rows,
+            "elapsed_s": time.perf_counter() - started}
 
 
 def _feature_dim(layer) -> int | None:
@@ -439,14 +453,15 @@ def reference_summary(result: dict, mode: str) -> str | None:
 def _cell(row: dict | None, field: str, scale: float) -> str:
     if row is None or row["ms"] is None:
         return "skip"
-    return f"{row[field] / scale:.2f}"
+    return "-" if row.get(field) is None else f"{row[field] / scale:.2f}"
 
 
 def table(result: dict, mode: str, field: str = "ms") -> str:
-    """Markdown: a row per length, a column per kind (ms, or MiB when field is "bytes"), then the ratios."""
+    """Markdown: a row per length, a column per kind (ms, MiB when field is "bytes", the time over the
+    roofline for "over_roofline"), then the ratios."""
     kinds, lengths = result["settings"]["kinds"], result["settings"]["lengths"]
     rows = _lookup(result)
-    unit, scale = ("ms", 1.0) if field == "ms" else ("MiB", MIB)
+    unit, scale = {"ms": ("ms", 1.0), "bytes": ("MiB", MIB), "over_roofline": ("x roofline", 1.0)}[field]
     ratios = _ratio_columns(kinds) if field == "ms" else []
     header = ["L", *(f"{kind} {unit}" for kind in kinds), *(_ratio_header(a, b, mode) for a, b in ratios)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---:|" * len(header)]
@@ -488,10 +503,11 @@ def markdown(result: dict) -> str:
              f"median of {s['repeats']} timings; "
              f"{machine_text(m)}. "
              f"`{REFERENCE}` is `jax.nn.dot_product_attention`. Memory is XLA's planned buffer size "
-             f"(temp + arguments + outputs), not RSS.\n"]
+             f"(temp + arguments + outputs), not RSS.\n", roofline.rates_text(result)]
     for mode in result_modes(result):
         lines += [f"## {mode}\n", _mode_note(result, mode), "Time (ms):\n", table(result, mode), "",
-                  "Planned memory (MiB):\n", table(result, mode, "bytes"), ""]
+                  "Planned memory (MiB):\n", table(result, mode, "bytes"), "",
+                  "Time over the roofline (1.0: the machine's limit):\n", table(result, mode, "over_roofline"), ""]
         lines += _skip_notes(result, mode) + ["", f"**{summary(result, mode)}**", ""]
         if reference := reference_summary(result, mode):
             lines += [f"**{reference}**", ""]

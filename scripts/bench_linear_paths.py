@@ -9,7 +9,8 @@ Each column is the kind `linear` (B = 1, H = 4, D = 64 by default, float32) with
 (else chunking.py's): "autodiff:64" is the former path at the chunk size it ran best at on the CPU from
 1,024 tokens, "xla:0" the custom-VJP sums as the kinds run them by default with chunk_size=0. The program
 timed is the jitted value and gradient of sum(out * cotangent) for q, k and v: the output computed as a
-training step needs it (of the gradient alone, XLA would drop what only the output needs). The columns run
+training step needs it (of the gradient alone, XLA drops what only the output needs); `--program=grad`
+times the gradient alone, the program issue 27 measured the former path by. The columns run
 in alternating rounds so that a shared machine's noise falls on all alike; a column's time is the median of
 --repeats timings.
 
@@ -73,14 +74,15 @@ def _strategy(strategy: str | None):
         chunking.strategy_for = own
 
 
-def training_program(graphdef, causal: bool):
-    """jit of (state, q, k, v, cotangent) -> (sum(out * cotangent), its gradient for q, k and v)."""
+def training_program(graphdef, causal: bool, program: str = "value_and_grad"):
+    """jit of (state, q, k, v, cotangent) -> (sum(out * cotangent), its gradient for q, k and v), or the
+    gradient alone for `program` "grad"."""
 
     def loss(q, k, v, state, cotangent):
         return jnp.sum(nnx.merge(graphdef, state)(q, k, v, causal=causal) * cotangent)
 
-    value_and_grad = jax.value_and_grad(loss, argnums=(0, 1, 2))
-    return jax.jit(lambda state, q, k, v, cotangent: value_and_grad(q, k, v, state, cotangent))
+    differentiated = getattr(jax, program)(loss, argnums=(0, 1, 2))
+    return jax.jit(lambda state, q, k, v, cotangent: differentiated(q, k, v, state, cotangent))
 
 
 def _compiled(column, causal, length, settings, arguments):
@@ -90,13 +92,12 @@ def _compiled(column, causal, length, settings, arguments):
 
     def compile_program():
         with _strategy(column["strategy"]):
-            return training_program(layer[0], causal).lower(layer[1], *arguments).compile()
+            return training_program(layer[0], causal, settings["program"]).lower(layer[1], *arguments).compile()
 
     started = time.perf_counter()
     compiled = compile_program()
     compile_s = time.perf_counter() - started
-    chunk = min(column["chunk_size"] or chunking.chunk_size_for(jax.default_backend(), length), length)
-    work = roofline.loop_aware_cost(compile_program, math.ceil(length / chunk) if causal else 1)
+    work = roofline.work(compile_program, layer, causal, length)
     return (compiled, (layer[1], *arguments)), work, compiled.memory_analysis().temp_size_in_bytes, compile_s
 
 
@@ -104,23 +105,22 @@ def measure_length(columns, causal: bool, length: int, settings: dict) -> list[d
     """A row per column at one length in one mode, the columns timed in alternating rounds."""
     key = jax.random.fold_in(jax.random.key(settings["seed"]), length)
     inputs = random_inputs(key, settings["batch"], length, settings["heads"], settings["head_dim"])
-    candidates, facts = [], {}
+    candidates, temps = [], {}
     for column in columns:
         (program, arguments), work, temp, compile_s = _compiled(column, causal, length, settings, inputs)
-        facts[column["label"]] = {"work": work, "temp": temp, "compile_s": compile_s}
+        temps[column["label"]] = temp
         candidates.append(Candidate(column["label"], program, arguments, None, compile_s,
-                                    seconds_per_call(program, arguments, 1), math.inf, settings["repeats"]))
+                                    seconds_per_call(program, arguments, 1), math.inf, settings["repeats"], work))
     for _ in range(settings["repeats"]):
         for candidate in candidates:
             candidate.time_once()
     rows = []
     for candidate in candidates:
-        fact = facts[candidate.kind]
         rows.append({"kind": candidate.kind, "causal": causal, "masked": False, "length": length,
                      "ms": 1e3 * float(np.median(candidate.seconds)),
-                     "ms_repeats": [1e3 * s for s in candidate.seconds], "temp_bytes": fact["temp"],
-                     "flops": fact["work"]["flops"], "bytes_accessed": fact["work"]["bytes"],
-                     "compile_s": fact["compile_s"]})
+                     "ms_repeats": [1e3 * s for s in candidate.seconds], "temp_bytes": temps[candidate.kind],
+                     "flops": candidate.flops, "bytes_accessed": candidate.bytes_accessed,
+                     "compile_s": candidate.compile_s})
     return rows
 
 
@@ -135,13 +135,8 @@ def measure(columns: list[dict], lengths: list[int], modes: list[str], settings:
             log(f"[{time.perf_counter() - started:6.1f} s] {mode} L={length}: "
                 + ", ".join(f"{row['kind']} {row['ms']:.1f} ms" for row in measured))
     rates.append(roofline.machine_rates())
-    # The rates of the run: the better of before and after (a shared machine only ever slows a timing down).
-    run_rates = {field: max(rate[field] for rate in rates) for field in rates[0]}
-    for row in rows:
-        row.update(roofline.against_roofline(row["ms"] / 1e3, {"flops": row["flops"],
-                                                                "bytes": row["bytes_accessed"]}, run_rates))
     labels = [column["label"] for column in columns]
-    return {"machine": machine(), "rates": rates, "run_rates": run_rates,
+    return {"machine": machine(), "rates": rates, "run_rates": roofline.annotate(rows, rates),
             "settings": {**settings, "kinds": labels, "columns": columns, "lengths": lengths, "modes": modes},
             "rows": rows, "elapsed_s": time.perf_counter() - started}
 
@@ -172,16 +167,12 @@ def table(result: dict, mode: str) -> str:
 
 
 def markdown(result: dict) -> str:
-    s, rates = result["settings"], result["rates"]
-    rate_text = "; ".join(f"{label}: matmul {rate['matmul_flops_per_s'] / 1e9:.1f} GFLOP/s, bandwidth "
-                          f"{rate['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s"
-                          for label, rate in zip(("before", "after"), rates))
-    settings = (f"`linear`, B={s['batch']}, H={s['heads']}, D={s['head_dim']}, float32, forward+backward (the "
-                f"value and gradient w.r.t. q, k, v of sum(out * cotangent)); median of {s['repeats']} timings in alternating rounds; {machine_text(result['machine'])}. "
-                f"Rates measured in this run ({rate_text}); the better of the two is the roofline's. `x first`: "
-                f"the first column's time over the row's. GFLOP and GB moved: XLA's cost analysis of the program "
-                f"timed, each loop body counted once per trip (scripts/roofline.py). temp: XLA's temporaries "
-                f"(`memory_analysis().temp_size_in_bytes`).")
+    s = result["settings"]
+    program = {"value_and_grad": "the value and gradient", "grad": "the gradient alone"}[s["program"]]
+    settings = (f"`linear`, B={s['batch']}, H={s['heads']}, D={s['head_dim']}, float32, forward+backward ({program} "
+                f"w.r.t. q, k, v of sum(out * cotangent)); median of {s['repeats']} timings in alternating rounds; "
+                f"{machine_text(result['machine'])}. `x first`: the first column's time over the row's. temp: XLA's "
+                f"temporaries (`memory_analysis().temp_size_in_bytes`).\n\n{roofline.rates_text(result)}")
     body = []
     for mode in s["modes"]:
         body += [f"## {mode}\n", table(result, mode), ""]
@@ -193,8 +184,10 @@ flags.DEFINE_string("columns", DEFAULT_COLUMNS, "comma-separated implementation:
                     "linear (implementation autodiff or xla; chunk 0: attention/chunking.py's; strategy "
                     "sequential or parallel: forced, else chunking.py's)", flag_values=FLAGS)
 flags.DEFINE_string("modes", ",".join(MODES), "comma-separated: causal, bidirectional", flag_values=FLAGS)
+flags.DEFINE_enum("program", "value_and_grad", ("value_and_grad", "grad"), "what is timed: the loss and its "
+                  "gradient, or the gradient alone", flag_values=FLAGS)
 define_shape_flags(FLAGS, "1024,2048,4096,8192,16384")
-SETTINGS = ("batch", "heads", "head_dim", "repeats", "seed")
+SETTINGS = ("batch", "heads", "head_dim", "repeats", "seed", "program")
 
 
 def parse_modes(text: str) -> list[str]:

@@ -1,6 +1,6 @@
 """scripts/bench_linear_paths.py and scripts/roofline.py at tiny sizes: a loop's body counted once per trip
-(against the same program with its loops unrolled, which XLA counts in full), the rows and tables the
-script writes. No speed is asserted."""
+(against the analytic count of the passes' products), the rows and tables the script writes, and
+bench_attention's variants of a kind and its roofline table. No speed is asserted."""
 import json
 
 import jax
@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import pytest
 
 from attention import chunked_sums
-from scripts import bench_linear_paths, roofline
+from scripts import bench_attention, bench_linear_paths, roofline
 
 
 @pytest.mark.parametrize("stabilised", [False, True])
@@ -59,3 +59,16 @@ def test_tiny_run_writes_every_column_mode_and_length(tmp_path):
 def test_bad_columns_are_refused(columns):
     with pytest.raises(SystemExit):
         bench_linear_paths.parse_columns(columns)
+
+
+def test_attention_benchmark_takes_variants_and_puts_each_kind_against_its_roofline(tmp_path):
+    """scripts/bench_attention.py with the former and the new linear path as columns of one run."""
+    bench_attention.main(["--lengths=16", "--heads=2", "--head_dim=8", "--repeats=1", "--masks=none",
+                          "--kinds=linear,linear:autodiff", f"--out={tmp_path}"])
+    result = json.loads((tmp_path / "attention.json").read_text())
+    assert result["options"] == {"linear": {}, "linear:autodiff": {"implementation": "autodiff"}}
+    assert len(result["rows"]) == 4 and all(row["over_roofline"] > 0 and row["flops"] > 0 for row in result["rows"])
+    assert "Time over the roofline" in (tmp_path / "attention.md").read_text()
+    for label in ("hard:xla", "linear:xla:x"):
+        with pytest.raises(SystemExit, match="a variant is kind:implementation"):
+            roofline.variant_options(label)

@@ -14,7 +14,7 @@ from flax import nnx
 import attention
 from attention import chunked_sums, chunking, kernel_sums, linear_pallas
 from attention.kernelized_base import KernelizedAttention
-from kind_harness import B, H, D, f32, inputs, mask, package_kinds_of, reference_for
+from kind_harness import D, H, f32, inputs, mask, package_kinds_of, reference_for
 
 pytestmark = pytest.mark.accelerator  # make test-accelerator runs these on the GPU or TPU
 
