@@ -1,24 +1,30 @@
-"""The causal chunk length of the kernelised kinds, by platform and sequence length, from measurements.
+"""The causal chunk length and strategy of the kernelised kinds, by platform and sequence length, from
+measurements.
 
-Causal linear attention (attention/kernel_sums.py, `causal_linear_attention`) is quadratic inside chunks
-of C positions and linear across them. Smaller chunks do less arithmetic (about L (m + C/2) multiply-adds
-per feature column against softmax's L^2) but run more, smaller matmuls over more per-chunk states; the
-best C is where the two balance, which depends on the hardware. `chunk_size = 0` (the kinds' option,
-`config.attention.chunk_size`) means "auto": the size `chunk_size_for` gives for the platform JAX runs
-on and the sequence length, looked up when the attention is traced.
+Causal linear attention (attention/chunked_sums.py) is quadratic inside chunks of C positions and linear
+across them. Smaller chunks do less arithmetic (about L (m + C/2) multiply-adds per feature column against
+softmax's L^2) but run more, smaller matmuls; the best C is where the two balance, which depends on the
+hardware. `chunk_size = 0` (the kinds' option, `config.attention.chunk_size`) means "auto": the size
+`chunk_size_for` gives for the platform JAX runs on and the sequence length, looked up when the attention
+is traced. The strategy (`strategy_for`) is how the state crosses the chunks: "sequential", one pass over
+the chunks carrying it (its temporaries are the inputs' size), or "parallel", every chunk at once with a
+prefix sum of the chunk states between (L/C states of m x Dv, and their cotangents, held at once).
 
-CPU: measured by scripts/bench_chunks.py (B = 1, H = 4, D = m = 64, float32, forward + backward, C in
-8..256, L from 128 to 16,384, three runs on a shared 2-core machine; docs/benchmarks.md has the
-tables). C = 32 was the fastest at 128 and 256 tokens in all three runs (1-9% ahead of 64); at 512 the
-two traded places within the noise; from 1,024 to 16,384 C = 64 was the fastest in every run but one
-length of one run (C = 128 by 2% at 2,048). From 1,024 tokens on, C = 16 took 2.1-2.7x as long as 64
-and C = 8 3.7-4.7x (many small matmuls over many chunk states), C = 256 1.2-2.0x. Hence 32 up to 256
-tokens, 64 beyond.
+CPU: measured by scripts/bench_linear_paths.py (B = 1, H = 4, D = m = 64, float32, value and gradient, on a
+shared 2-core machine; docs/benchmarks.md has the tables, reports/bench/linear_strategies*/ the JSON). The
+parallel strategy was the faster at 128 and 256 tokens in both runs (C = 64 at 128: 1.4 against 2.0 ms
+sequential; at 256 C = 32 and 64 within the noise of each other), the two traded places at 512 and 1,024,
+and from 2,048 on the sequential one was 1.3-1.9x faster and held half the temporaries. Sequentially,
+C = 32 was the fastest at 512, 2,048, 4,096 and 16,384 tokens, and within 3-9% of the fastest (64) at
+1,024 and 8,192; C = 16 took 1.1-1.3x as long, C = 128 1.2-1.6x. Hence: up to 256 tokens, parallel in
+chunks of 64; beyond, sequential in chunks of 32. (The former autodiff path, measured by
+scripts/bench_chunks.py, ran best at C = 32 up to 256 tokens and 64 beyond.)
 
 GPU and TPU: NOT measured (no accelerator was lent to the sessions that built this). Their entries are
-an explicit default, 64, the chunk the kinds have always used, to be replaced by what
-`scripts/bench_chunks.py` (run by `make bench-gpu`, scripts/gpu_check.sh) measures there. A platform not
-in the table gets DEFAULT_CHUNK too.
+an explicit default, 64 and the parallel strategy (a GPU runs a loop of small matmuls poorly), to be
+replaced by what `scripts/bench_linear_paths.py` measures there; on a GPU the Pallas kernels
+(attention/linear_pallas.py) take the causal sums where they apply. A platform not in the tables gets
+DEFAULT_CHUNK and DEFAULT_STRATEGY.
 """
 
 DEFAULT_CHUNK = 64
@@ -27,7 +33,7 @@ DEFAULT_CHUNK = 64
 # the last chunk. Platform names are jax.default_backend()'s ("cpu", "gpu", "tpu"); "cuda" and "rocm"
 # (a device's platform on some jax versions) are read as "gpu".
 TABLE = {
-    "cpu": ((256, 32), (None, 64)),  # measured (see above)
+    "cpu": ((256, 64), (None, 32)),  # measured (see above)
     "gpu": ((None, DEFAULT_CHUNK),),  # not measured: default
     "tpu": ((None, DEFAULT_CHUNK),),  # not measured: default
 }
@@ -37,10 +43,28 @@ _ALIASES = {"cuda": "gpu", "rocm": "gpu"}
 def chunk_size_for(platform: str, length: int) -> int:
     """The causal chunk length for sequences of `length` positions on `platform` (callers cap it at the
     length: a chunk longer than the sequence is the sequence)."""
-    entries = TABLE.get(_ALIASES.get(platform, platform))
+    return _lookup(TABLE, platform, length, DEFAULT_CHUNK)
+
+
+def _lookup(table: dict, platform: str, length: int, default):
+    entries = table.get(_ALIASES.get(platform, platform))
     if entries is None:
-        return DEFAULT_CHUNK
-    for bound, chunk in entries:
+        return default
+    for bound, value in entries:
         if bound is None or length <= bound:
-            return chunk
+            return value
     return entries[-1][1]
+
+
+# platform -> ((largest length, strategy), ...) of attention/chunked_sums.py, read as TABLE is.
+STRATEGIES = {
+    "cpu": ((256, "parallel"), (None, "sequential")),  # measured (see above)
+    "gpu": ((None, "parallel"),),  # not measured: default
+    "tpu": ((None, "parallel"),),  # not measured: default
+}
+DEFAULT_STRATEGY = "parallel"
+
+
+def strategy_for(platform: str, length: int) -> str:
+    """How attention/chunked_sums.py carries the state across the chunks of `length` positions on `platform`."""
+    return _lookup(STRATEGIES, platform, length, DEFAULT_STRATEGY)

@@ -3,18 +3,30 @@ phi(q).phi(k).
 
 The n x n matrix phi(Q) phi(K)^T (rank <= feature_dim) is never formed but by `explicit_weights`: the
 bidirectional form sums phi(k) v^T over keys once, O(L m Dv); the causal form works in chunks of C
-positions, quadratic inside a chunk and through prefix sums of per-chunk states across chunks, so it
-stores L/C states of [m, Dv] rather than one per position.
+positions, quadratic inside a chunk and through the states of the chunks before it across chunks.
+
+`implementation` (the kinds' option) picks who computes them: "xla", the custom-VJP sums of
+attention/chunked_sums.py; "pallas", the kernels of attention/linear_pallas.py (causal: bidirectional
+attention is two matmuls and stays on "xla"; off a GPU in interpret mode, for tests); "auto", the kernels
+where they compile (a GPU, widths they take), else "xla"; and "autodiff", the former path below (XLA's
+autodiff of the chunked sums, the normaliser a column of ones appended to v, every chunk state, its prefix
+sum and shifted copy stored for the backward), kept as the reference that tests/test_linear_paths.py and
+the benchmark's side-by-side compare the others with.
 
 Mixed precision: with bfloat16 (or float16) inputs, every sum of products (the states, their prefix
 sums, the scores, the normaliser) accumulates and stays in float32, and so does the division; only the
 output returns to the inputs' dtype. A state sums a term per key: in bfloat16 (8 significant bits) each
 addition would round to 2^-8 of the running sum, and a term below half of that would vanish.
+
+Decoding (`key_state`, `attend_state`) keeps S = sum phi(k) [v, 1]^T, the normaliser as S's last column:
+one step is O(1) in the position either way.
 """
 import jax
 import jax.numpy as jnp
 
-from attention import chunking, masks
+from attention import chunked_sums, chunking, linear_pallas, masks
+
+IMPLEMENTATIONS = ("auto", "xla", "pallas", "autodiff")
 
 
 def _with_ones(v):
@@ -50,8 +62,9 @@ def attend_state(phi_q, state, eps):
     return _normalise(_sum_products("bqhm,bhmd->bqhd", phi_q, state), eps)
 
 
-def bidirectional_linear_attention(phi_q, phi_k, v, eps):
-    """phi_q [B, Lq, H, m], phi_k [B, Lk, H, m], v [B, Lk, H, Dv] -> [B, Lq, H, Dv] in v's dtype."""
+def autodiff_bidirectional_linear_attention(phi_q, phi_k, v, eps):
+    """The former bidirectional path (see the module's docstring): phi_q [B, Lq, H, m], phi_k [B, Lk, H, m],
+    v [B, Lk, H, Dv] -> [B, Lq, H, Dv] in v's dtype."""
     return attend_state(phi_q, key_state(phi_k, v), eps).astype(v.dtype)
 
 
@@ -67,9 +80,9 @@ def _causal_factors(key_stabiliser, length: int):
     return jnp.exp(jnp.where(causal, stabiliser[..., None, :] - stabiliser[..., :, None], -jnp.inf))
 
 
-def causal_linear_attention(phi_q, phi_k, v, eps, chunk_size: int, key_stabiliser=0.0):
-    """Causal linear attention over [B, L, H, *] inputs in chunks of `chunk_size` positions -> [B, L, H, Dv]
-    in v's dtype.
+def autodiff_causal_linear_attention(phi_q, phi_k, v, eps, chunk: int, key_stabiliser=0.0):
+    """The former causal path (see the module's docstring): causal linear attention over [B, L, H, *]
+    inputs in chunks of `chunk` positions -> [B, L, H, Dv] in v's dtype.
 
     `key_stabiliser` is a scalar where every key shares one scale; else the running max [B, L, H, 1] of the
     keys' stabilisers, phi_k of key j scaled down by exp(key_stabiliser[j]), and query i's output, and its
@@ -77,7 +90,6 @@ def causal_linear_attention(phi_q, phi_k, v, eps, chunk_size: int, key_stabilise
     state is kept in the units of its last position, and a state carried across a chunk is rescaled by the
     growth of the running max over it, as a decoding step rescales its state."""
     batch, length, heads, _ = phi_q.shape
-    chunk = min(chunk_size or chunking.chunk_size_for(jax.default_backend(), length), length)
     padding = -length % chunk
     num_chunks = (length + padding) // chunk
 
@@ -110,6 +122,46 @@ def causal_linear_attention(phi_q, phi_k, v, eps, chunk_size: int, key_stabilise
     from_chunk = _sum_products("bnhqk,bnkhd->bnqhd", scores, values)
     out = (from_earlier + from_chunk).reshape(batch, num_chunks * chunk, heads, -1)[:, :length]
     return _normalise(out, eps).astype(v.dtype)
+
+
+def bidirectional_linear_attention(phi_q, phi_k, v, eps, implementation: str = "xla"):
+    """phi_q [B, Lq, H, m], phi_k [B, Lk, H, m], v [B, Lk, H, Dv] -> [B, Lq, H, Dv] in v's dtype; `eps` a
+    scalar or per query [B, Lq, H, 1]; `implementation` "autodiff", else the custom-VJP sums (see the module's
+    docstring)."""
+    if implementation == "autodiff":
+        return autodiff_bidirectional_linear_attention(phi_q, phi_k, v, eps)
+    return chunked_sums.bidirectional_sums(phi_q, phi_k, v, jnp.asarray(eps, jnp.float32))
+
+
+def causal_linear_attention(phi_q, phi_k, v, eps, chunk_size: int, key_stabiliser=0.0,
+                            implementation: str = "xla"):
+    """Causal linear attention over [B, L, H, *] inputs in chunks of `chunk_size` positions (0: the size
+    attention/chunking.py picks for the platform and length) -> [B, L, H, Dv] in v's dtype.
+
+    `key_stabiliser` is a scalar where every key shares one scale; else the running max [B, L, H, 1] of the
+    keys' stabilisers, phi_k of key j scaled down by exp(key_stabiliser[j]), and query i's output, and its
+    `eps`, in the units of exp(key_stabiliser[i]), which no later key changes. `implementation`: see the
+    module's docstring."""
+    platform, length = jax.default_backend(), phi_q.shape[1]
+    chunk = min(chunk_size or chunking.chunk_size_for(platform, length), length)
+    if implementation == "autodiff":
+        return autodiff_causal_linear_attention(phi_q, phi_k, v, eps, chunk, key_stabiliser)
+    stabiliser = None if jnp.ndim(key_stabiliser) == 0 else key_stabiliser
+    eps = jnp.asarray(eps, jnp.float32)
+    if _by_kernels(implementation, platform, phi_q.shape[-1], v.shape[-1], chunk):
+        return linear_pallas.causal_sums(phi_q, phi_k, v, eps, stabiliser, chunk, platform != "gpu")
+    return chunked_sums.causal_sums(phi_q, phi_k, v, eps, stabiliser, chunk, chunking.strategy_for(platform, length))
+
+
+def _by_kernels(implementation: str, platform: str, feature_dim: int, value_dim: int, chunk: int) -> bool:
+    """Whether the Pallas kernels compute the causal sums: for "pallas" (in interpret mode off a GPU; refused
+    on a GPU where they cannot compile), and for "auto" where they compile."""
+    if implementation not in ("auto", "pallas"):
+        return False
+    reason = linear_pallas.unsupported(platform, feature_dim, value_dim, chunk)
+    if implementation == "pallas" and platform == "gpu" and reason is not None:
+        raise ValueError(f"attention.implementation='pallas' cannot run here: {reason}")
+    return implementation == "pallas" or reason is None
 
 
 def explicit_weights(phi_q, phi_k, eps, causal: bool, key_stabiliser=0.0):

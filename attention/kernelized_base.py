@@ -24,16 +24,19 @@ class KernelizedAttention(nnx.Module):
     its key's term, O(1) in the position; cross-attention sums the source keys once.
 
     Its constructor declares the options every kernelised kind takes (`eps`, `chunk_size`: the causal
-    chunk length, 0 for attention/chunking.py's): a kind's constructor passes them on as **base_options
+    chunk length, 0 for attention/chunking.py's; `implementation`, who computes the sums, see
+    attention/kernel_sums.py): a kind's constructor passes them on as **base_options
     (attention/registry.py reads them from here)."""
 
     feature_dim: int
 
-    def __init__(self, *, eps: float = 1e-6, chunk_size: int = 64):
+    def __init__(self, *, eps: float = 1e-6, chunk_size: int = 64, implementation: str = "auto"):
         option_checks.positive("eps", eps, "it keeps the normaliser away from 0")
         option_checks.at_least("chunk_size", chunk_size, 0, "0: the size attention/chunking.py picks")
+        option_checks.one_of("implementation", implementation, kernel_sums.IMPLEMENTATIONS)
         self.eps = eps
         self.chunk_size = chunk_size
+        self.implementation = implementation
 
     def features(self, x):
         raise NotImplementedError
@@ -85,8 +88,9 @@ class KernelizedAttention(nnx.Module):
     def __call__(self, q, k, v, mask=None, *, causal=False):
         phi_q, phi_k, key_stabiliser, eps = self._features_and_eps(q, k, mask, causal)
         if causal:
-            return kernel_sums.causal_linear_attention(phi_q, phi_k, v, eps, self.chunk_size, key_stabiliser)
-        return kernel_sums.bidirectional_linear_attention(phi_q, phi_k, v, eps)
+            return kernel_sums.causal_linear_attention(phi_q, phi_k, v, eps, self.chunk_size, key_stabiliser,
+                                                       self.implementation)
+        return kernel_sums.bidirectional_linear_attention(phi_q, phi_k, v, eps, self.implementation)
 
     # --- incremental decoding (interface in attention/__init__.py) ------------------------------------
 

@@ -26,3 +26,8 @@ def fraction(option: str, value) -> None:
     """A share of something (a dropout rate): in [0, 1)."""
     if not (_is_number(value, numbers.Real) and 0 <= value < 1):
         _refuse(option, value, "a number in [0, 1)", "")
+
+
+def one_of(option: str, value, choices) -> None:
+    if value not in choices:
+        _refuse(option, value, "one of " + ", ".join(map(repr, choices)), "")

@@ -119,12 +119,16 @@ def test_chunk_size_zero_is_the_size_chunking_picks(monkeypatch):
     np.testing.assert_array_equal(auto, _create("linear", chunk_size=4)(q, k, v, mask(key_valid), causal=True))
 
 
-def test_chunking_table_gives_a_positive_size_everywhere():
+def test_chunking_tables_give_a_positive_size_and_a_strategy_everywhere():
     from attention import chunking
+
+    from attention import chunked_sums
 
     for platform in ("cpu", "gpu", "cuda", "rocm", "tpu", "unknown"):
         sizes = [chunking.chunk_size_for(platform, length) for length in (1, 13, 256, 1024, 8192, 10**6)]
         assert all(isinstance(size, int) and size >= 1 for size in sizes), (platform, sizes)
+        strategies = {chunking.strategy_for(platform, length) for length in (1, 13, 256, 1024, 8192, 10**6)}
+        assert strategies <= set(chunked_sums.STRATEGIES), (platform, strategies)
     assert chunking.chunk_size_for("unknown", 8192) == chunking.DEFAULT_CHUNK
     assert chunking.chunk_size_for("cuda", 8192) == chunking.chunk_size_for("gpu", 8192)
 

@@ -88,11 +88,11 @@ def _described(equations):
 SUMS_AND_DIVISION = ("dot_general", "div")
 
 
-def _prefix_sum_equations(equations):
-    """The causal form's prefix sums over chunk states [B, n, H, m, d + 1]: a cumsum where every key shares
-    one scale, else the adds and multiplies of an associative scan that rescales the states it carries."""
+def _prefix_sum_equations(equations, feature_dim: int):
+    """The causal form's sums over chunk states [..., m, Dv], whatever their layout: a cumsum, or the adds and
+    multiplies of a carry that adds each chunk's state to the earlier ones' (rescaled under a stabiliser)."""
     return [e for e in equations if e.primitive.name == "cumsum"
-            or (e.primitive.name in ("add", "mul") and e.outvars[0].aval.ndim == 5
+            or (e.primitive.name in ("add", "mul") and e.outvars[0].aval.shape[-2:] == (feature_dim, D)
                 and jnp.issubdtype(e.outvars[0].aval.dtype, jnp.floating))]
 
 
@@ -101,7 +101,7 @@ def test_kernelised_kinds_sum_and_divide_in_float32_from_bfloat16_inputs(name):
     equations, outputs = _bfloat16_equations(name)
     checked = [e for e in equations if e.primitive.name in SUMS_AND_DIVISION]
     assert {e.primitive.name for e in checked} == set(SUMS_AND_DIVISION)
-    prefix_sums = _prefix_sum_equations(equations)
+    prefix_sums = _prefix_sum_equations(equations, nnx.merge(*_split(name)).feature_dim)
     assert prefix_sums
     in_bfloat16 = [e for e in checked + prefix_sums if e.outvars[0].aval.dtype != jnp.float32]
     assert not in_bfloat16, _described(in_bfloat16)
