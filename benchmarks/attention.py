@@ -10,6 +10,7 @@ from flax import nnx
 
 import attention
 from attention import fused
+from attention.kernelized_base import KernelizedAttention
 from benchmarks.common import (calls_per_timing, counted_flops, machine, machine_text, parse_lengths, seconds_per_call,
                                write_reports)
 
@@ -47,10 +48,14 @@ def parse_masks(text: str) -> list[str]:
 
 
 def kind_options(kind: str, num_features: int, implementation: str = "auto") -> dict:
-    """The bench's options for `kind`: --num_features and --implementation for the kinds that take them,
-    defaults otherwise."""
-    candidates = {"num_features": num_features, "implementation": implementation}
-    return {} if kind == REFERENCE else attention.select_options(kind, candidates)
+    """The bench's options for `kind`: --num_features and --implementation (softmax's kernel) for the kinds
+    that take them, defaults otherwise (a kernelised kind's `implementation` is its own: auto)."""
+    if kind == REFERENCE:
+        return {}
+    candidates = {"num_features": num_features}
+    if not issubclass(attention.registry.get(kind), KernelizedAttention):
+        candidates["implementation"] = implementation
+    return attention.select_options(kind, candidates)
 
 
 def modes(masks: list[str]) -> dict:
