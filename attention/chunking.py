@@ -10,8 +10,9 @@ is traced. The strategy (`strategy_for`) is how the state crosses the chunks: "s
 the chunks carrying it (its temporaries are the inputs' size), or "parallel", every chunk at once with a
 prefix sum of the chunk states between (L/C states of m x Dv, and their cotangents, held at once).
 
-CPU: measured by scripts/bench_linear_paths.py (B = 1, H = 4, D = m = 64, float32, value and gradient, on a
-shared 2-core machine; docs/benchmarks.md has the tables, reports/bench/linear_strategies*/ the JSON). The
+CPU: measured by the old-vs-new benchmark of the fast-linear branch (commit 11acd50; its script and the
+reports/bench/linear_strategies*/ JSON join benchmarks/ with issue 27's next step) (B = 1, H = 4,
+D = m = 64, float32, value and gradient, on a shared 2-core machine). The
 parallel strategy was the faster at 128 and 256 tokens in both runs (C = 64 at 128: 1.4 against 2.0 ms
 sequential; at 256 C = 32 and 64 within the noise of each other), the two traded places at 512 and 1,024,
 and from 2,048 on the sequential one was 1.3-1.9x faster and held half the temporaries. Sequentially,
@@ -22,7 +23,7 @@ scripts/bench_chunks.py, ran best at C = 32 up to 256 tokens and 64 beyond.)
 
 GPU and TPU: NOT measured (no accelerator was lent to the sessions that built this). Their entries are
 an explicit default, 64 and the parallel strategy (a GPU runs a loop of small matmuls poorly), to be
-replaced by what `scripts/bench_linear_paths.py` measures there; on a GPU the Pallas kernels
+replaced by what that benchmark measures there; on a GPU the Pallas kernels
 (attention/linear_pallas.py) take the causal sums where they apply. A platform not in the tables gets
 DEFAULT_CHUNK and DEFAULT_STRATEGY.
 """
