@@ -71,11 +71,13 @@ def _dash_if_none(value) -> str:
 
 def accuracy_table(metrics: tuple[str, ...], results: dict[str, list[dict]]) -> str:
     """Test metrics per run (a task's METRICS): the headline as mean ± std over seeds ("-": one seed), the
-    others as means."""
+    others as means; and the value each run picked on validation, where a study picks one."""
     headline, *others = metrics
+    picked = any("selected" in evals[0] for evals in results.values())
     lines = [
-        f"| run | kind | feature dim | seeds | {headline} (mean ± std) | " + " | ".join(others) + " |",
-        "|---|---|---:|---:|---:|" + "---:|" * len(others),
+        f"| run | kind | feature dim | seeds | {headline} (mean ± std) | " + " | ".join(others) + " |"
+        + (" selected |" if picked else ""),
+        "|---|---|---:|---:|---:|" + "---:|" * len(others) + ("---|" if picked else ""),
     ]
     for name, evals in results.items():
         mean, std = _headline(metrics, evals)
@@ -83,7 +85,22 @@ def accuracy_table(metrics: tuple[str, ...], results: dict[str, list[dict]]) -> 
         lines.append(
             f"| {name} | {kind_of(evals)} | {_dash_if_none(rank_bound(evals))} | {len(evals)} | "
             f"{mean:.4f} ± {'-' if std is None else f'{std:.4f}'} | {means} |"
+            + (f" {evals[0].get('selected', '-')} |" if picked else "")
         )
+    return "\n".join(lines)
+
+
+def pick_table(metric: str, picks: dict[str, dict]) -> str:
+    """Each run's candidates (runner.pick_record): the last validation `metric` of each value, on the pick's
+    schedule, and the value chosen."""
+    fields = {pick["field"] for pick in picks.values()}
+    values = list(dict.fromkeys(value for pick in picks.values() for value in pick["validation"]))
+    lines = [f"| run | " + " | ".join(f"{'/'.join(fields)}={value}" for value in values) + " | selected |",
+             "|---|" + "---:|" * len(values) + "---|"]
+    for name, pick in picks.items():
+        scores = [pick["validation"].get(value, "") for value in values]
+        cells = " | ".join("diverged" if score is None else "" if score == "" else f"{score:.4f}" for score in scores)
+        lines.append(f"| {name} | {cells} | {pick['chosen']} |")
     return "\n".join(lines)
 
 
@@ -287,11 +304,17 @@ def write_report(
     spectra: dict[str, dict],
     out_dir: str,
     head_dim: int | None = None,
+    picks: dict[str, dict] | None = None,
 ) -> str:
     """Writes out_dir/report.md of `task` (tasks/interface.py), its PNG plots and results.json (every run's
-    per-seed results, the numbers behind the tables); returns the report's path."""
+    per-seed results, the numbers behind the tables); returns the report's path. `picks`: each run's
+    candidates where the study picks a field on validation (runner.pick_record)."""
     os.makedirs(out_dir, exist_ok=True)
     body = task.report_sections(results, spectra, out_dir, head_dim)
+    if picks:
+        body += [f"## Picked on validation\n\nEach run's {task.METRICS[0]} on the validation split at the end of "
+                 "each candidate's schedule (seed 0; \"diverged\": it did not finish); the seeds above trained "
+                 "at the selected value.", pick_table(task.METRICS[0], picks)]
     if os.path.exists(os.path.join(out_dir, plots.CURVES_PLOT)):  # compare.py draws it from metrics.jsonl
         body.append(f"## Validation curves\n\n![validation loss and {task.METRICS[0]} against step, mean over "
                     f"seeds]({plots.CURVES_PLOT})")

@@ -12,9 +12,16 @@ import dataclasses
 class Run:
     name: str  # its directory and its row in the report
     overrides: dict
-    # Runs sharing a non-empty group are alternatives (e.g. learning rates): the report keeps the one whose
-    # validation headline metric, mean over seeds, is best, under the group's name. Test data never decides.
-    group: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Pick:
+    """A config field chosen for each run on validation before its seeds train: every value trains once
+    (seed 0) with `overrides` on top of the run's (a shortened schedule, say), and the seeds train at the
+    value whose last validation headline metric is best. Test data never decides."""
+    field: str  # e.g. "learning_rate"
+    values: tuple
+    overrides: dict  # what the candidates change besides the field, e.g. {"num_train_steps": 400}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,6 +31,7 @@ class Study:
     runs: list[Run]
     seeds: int  # each run trains with seeds 0 .. seeds - 1
     sweep: bool = False  # also a W&B sweep, sweeps/<task>-<preset>.yaml (python -m scripts.sweep --generate)
+    pick: Pick | None = None  # a field each run chooses on validation first
 
 
 def kind_run(kind: str, name: str = "", **options) -> Run:

@@ -1,13 +1,14 @@
 """A study run: its runs and seeds (STUDIES in configs/<task>.py), each in its workdir, trained by jobs.py; the
 finished ones read back and recorded beside the report (runs.json, merged with what earlier parts recorded, so
-that a study can run in parts, in several sittings and on several machines), each group of alternative runs
-reduced to the one chosen on validation, and reported (analysis/report.py) with their validation curves."""
+that a study can run in parts, in several sittings and on several machines), and reported (analysis/report.py)
+with their validation curves. A study's Pick first trains each run's candidates and sets the run's field to
+the one best on validation."""
 import json
 import os
 
 import tasks
 from analysis import plots, report
-from configs.grids import Run, Study
+from configs.grids import Pick, Run, Study
 from studies import StudyError
 from studies.catalog import get_study
 from studies.jobs import Job, is_finished, run_jobs, train_command
@@ -16,21 +17,18 @@ from training.metrics import read_metrics
 from training.workdirs import WorkdirError, read_json
 
 RUNS_JSON = "runs.json"
+PICK_DIR = "pick"  # under a run's directory: the workdirs of its candidates
 
 
 def part_runs(runs: list[Run], part: str) -> list[Run]:
-    """Part "k/n" of `runs`: the k-th of n consecutive slices about equal in runs, a group of alternatives
-    (Run.group) never split; all of them for an empty `part`."""
+    """Part "k/n" of `runs`: the k-th of n consecutive slices about equal in runs; all of them for an empty
+    `part`."""
     if not part:
         return runs
     index, count = (int(number) for number in part.split("/"))
     if not 1 <= index <= count:
         raise ValueError(f"--part={part}: k/n with 1 <= k <= n")
-    units = [[run for run in runs if (run.group or run.name) == key]
-             for key in dict.fromkeys(run.group or run.name for run in runs)]
-    bounds = [round(i * len(runs) / count) for i in range(count + 1)]
-    starts = [sum(len(unit) for unit in units[:i]) for i in range(len(units))]
-    return [run for unit, start in zip(units, starts) if bounds[index - 1] <= start < bounds[index] for run in unit]
+    return runs[round((index - 1) * len(runs) / count):round(index * len(runs) / count)]
 
 
 def select_runs(study: Study, only: str, part: str = "") -> list[Run]:
@@ -81,19 +79,46 @@ def run_record(seed_workdirs: list[str]) -> dict | None:
                        for workdir in finished]}
 
 
-def recorded_runs(workdirs: dict[str, list[str]], out_dir: str, study: Study) -> dict[str, dict]:
-    """Run name -> its record (`_record`), for every run of the study that finished here or that runs.json in
-    `out_dir` recorded (an earlier part's); a run finished here replaces its recorded one. Writes the union
-    back to runs.json."""
+def recorded_runs(workdirs: dict[str, list[str]], picks: dict[str, dict], out_dir: str,
+                  study: Study) -> dict[str, dict]:
+    """Run name -> its record (`run_record`, with its `pick_record` under "pick" where the study picks), for
+    every run of the study that finished here or that runs.json in `out_dir` recorded (an earlier part's); a
+    run finished here replaces its recorded one. Writes the union back to runs.json."""
     path = os.path.join(out_dir, RUNS_JSON)
     recorded = read_json(path) if os.path.exists(path) else {}
-    local = {name: record for name, seed_workdirs in workdirs.items() if (record := run_record(seed_workdirs))}
+    local = {name: {**record, **({"pick": picks[name]} if name in picks else {})}
+             for name, seed_workdirs in workdirs.items() if (record := run_record(seed_workdirs))}
     merged = {run.name: local.get(run.name) or recorded.get(run.name) for run in study.runs}
     merged = {name: record for name, record in merged.items() if record}
     if merged:
         os.makedirs(out_dir, exist_ok=True)
         atomic.write_text(path, json.dumps(merged, indent=1))
     return merged
+
+
+def pick_candidates(pick: Pick, run: Run) -> list[Run]:
+    """The runs that choose `run`'s value of pick.field: one per value, on the pick's overrides, each in a
+    directory of the run's own."""
+    return [Run(os.path.join(run.name, PICK_DIR, f"{pick.field}={value}"),
+                {**run.overrides, **pick.overrides, pick.field: value}) for value in pick.values]
+
+
+def pick_record(metric: str, pick: Pick, workdirs: list[str]) -> dict | None:
+    """The last validation `metric` of each candidate's workdir (None where it did not finish: a divergent
+    rate, say) and the value of the best; None when none finished."""
+    scores = [final_validation(workdir).get(metric) if is_finished(workdir) else None for workdir in workdirs]
+    finished = [(score, value) for score, value in zip(scores, pick.values) if score is not None]
+    if not finished:
+        return None
+    return {"field": pick.field, "validation": {str(value): score for value, score in zip(pick.values, scores)},
+            "chosen": max(finished, key=lambda pair: pair[0])[1]}
+
+
+def labelled_results(records: dict[str, dict]) -> dict[str, list[dict]]:
+    """Each run's seeds' results, each naming under "selected" the value its run picked on validation."""
+    def selected(record):
+        return {"selected": f"{record['pick']['field']}={record['pick']['chosen']}"} if record.get("pick") else {}
+    return {name: [{**result, **selected(record)} for result in record["results"]] for name, record in records.items()}
 
 
 def head_dim(results: dict[str, list[dict]]) -> int | None:
@@ -104,25 +129,6 @@ def head_dim(results: dict[str, list[dict]]) -> int | None:
     return dims.pop() if len(dims) == 1 else None
 
 
-def select_by_validation(task: str, results: dict[str, list[dict]],
-                         runs: list[Run]) -> dict[str, list[dict]]:
-    """Each group of alternative runs (Run.group) reduced to the one with the best mean validation
-    headline metric, under the group's name (the chosen run's name is kept in each result's "run");
-    runs without a group pass unchanged."""
-    selected, best = {}, {}
-    for run in runs:
-        if run.name not in results:
-            continue
-        evals = [{**result, "run": run.name} for result in results[run.name]]
-        if not run.group:
-            selected[run.name] = evals
-            continue
-        score = report.validation_score(tasks.get(task).METRICS, evals)
-        if run.group not in best or score > best[run.group]:
-            best[run.group], selected[run.group] = score, evals
-    return selected
-
-
 def _jobs(study: Study, runs: list[Run], seeds: range, workdirs: dict[str, list[str]],
           group: str, extra: list[str]) -> list[Job]:
     """The job of every (run, seed)."""
@@ -130,19 +136,35 @@ def _jobs(study: Study, runs: list[Run], seeds: range, workdirs: dict[str, list[
             for run in runs for seed, workdir in zip(seeds, workdirs[run.name])]
 
 
-def _write_report(task: str, preset: str, command: str, runs: dict[str, dict], selected: dict[str, list[dict]],
-                  out_dir: str) -> None:
-    """The report of the selected results (report name -> seeds' results, each naming the run it came from),
-    curves.png from the recorded periodic evaluations of those runs."""
-    chosen = {name: runs[evals[0]["run"]] for name, evals in selected.items()}
-    curves = {name: record["curves"] for name, record in chosen.items()}
+def _write_report(task: str, preset: str, command: str, records: dict[str, dict], out_dir: str) -> None:
+    """The report of the recorded runs (`recorded_runs`), curves.png from their periodic evaluations."""
+    results = labelled_results(records)
+    curves = {name: record["curves"] for name, record in records.items()}
     if any(lines for seeds in curves.values() for lines in seeds):
         plots.plot_validation_curves(curves, tasks.get(task).METRICS[0], os.path.join(out_dir, plots.CURVES_PLOT))
     else:  # e.g. trained on the whole released SCAN files: no validation split, no curve
         print("no periodic evaluation in these runs' metrics.jsonl: no curves.png", flush=True)
-    spectra = {name: record["spectra"] for name, record in chosen.items() if record["spectra"]}
-    path = report.write_report(tasks.get(task), preset, command, selected, spectra, out_dir, head_dim(selected))
-    print(f"\n{report.accuracy_table(tasks.get(task).METRICS, selected)}\n\nreport: {path}", flush=True)
+    spectra = {name: record["spectra"] for name, record in records.items() if record["spectra"]}
+    picks = {name: record["pick"] for name, record in records.items() if record.get("pick")}
+    path = report.write_report(tasks.get(task), preset, command, results, spectra, out_dir, head_dim(results), picks)
+    print(f"\n{report.accuracy_table(tasks.get(task).METRICS, results)}\n\nreport: {path}", flush=True)
+
+
+def _picked(task: str, preset: str, study: Study, runs: list[Run], runs_dir: str, extra: list[str],
+            workers: int | None) -> tuple[list[Run], dict[str, dict]]:
+    """Trains the candidates of the study's Pick for `runs`; returns the runs with the field set to the value
+    chosen on validation (a run none of whose candidates finished left out) and each run's pick_record."""
+    candidates = {run.name: pick_candidates(study.pick, run) for run in runs}
+    workdirs = {candidate.name: [run_workdir(runs_dir, task, preset, candidate, 0)]
+                for choices in candidates.values() for candidate in choices}
+    # A candidate that fails (a rate that diverges) is an outcome of the pick, not a failure of the study.
+    run_jobs(_jobs(study, [c for choices in candidates.values() for c in choices], range(1), workdirs,
+                   f"{task}-{preset}", extra), workers)
+    picks = {name: record for name, choices in candidates.items()
+             if (record := pick_record(tasks.get(task).METRICS[0], study.pick,
+                                       [workdirs[choice.name][0] for choice in choices]))}
+    return [Run(run.name, {**run.overrides, study.pick.field: picks[run.name]["chosen"]})
+            for run in runs if run.name in picks], picks
 
 
 def run_study(task: str, preset: str, options, extra: list[str], command: str) -> None:
@@ -157,16 +179,17 @@ def run_study(task: str, preset: str, options, extra: list[str], command: str) -
     seeds = range(options.seeds or study.seeds)
     # Absolute: train.py runs in the repository root, while relative flags mean the caller's directory.
     runs_dir = os.path.abspath(options.runs_dir)
-    workdirs = {run.name: [run_workdir(runs_dir, task, preset, run, seed) for seed in seeds] for run in runs}
     out_dir = report_dir(options.reports_dir, task, preset)
     try:  # a workdir's config.json or eval.json that does not read names itself
-        failed = run_jobs(_jobs(study, runs, seeds, workdirs, f"{task}-{preset}", extra), options.jobs)
-        recorded = recorded_runs(workdirs, out_dir, study)
+        chosen, picks = (_picked(task, preset, study, runs, runs_dir, extra, options.jobs) if study.pick
+                         else (runs, {}))
+        workdirs = {run.name: [run_workdir(runs_dir, task, preset, run, seed) for seed in seeds] for run in chosen}
+        failed = run_jobs(_jobs(study, chosen, seeds, workdirs, f"{task}-{preset}", extra), options.jobs)
+        records = recorded_runs(workdirs, picks, out_dir, study)
     except WorkdirError as error:
         raise StudyError(str(error)) from None
-    selected = select_by_validation(task, {name: record["results"] for name, record in recorded.items()},
-                                    study.runs)
-    if selected:
-        _write_report(task, preset, command, recorded, selected, out_dir)
+    failed += [f"{run.name} (every candidate of the pick)" for run in runs if study.pick and run.name not in picks]
+    if records:
+        _write_report(task, preset, command, records, out_dir)
     if failed:
         raise StudyError(f"failed runs: {', '.join(failed)}; see the lines above and their train.log", status=1)

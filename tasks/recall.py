@@ -185,7 +185,7 @@ def _dash_if_none(value) -> str:
 
 def accuracy_table(results: dict[str, list[dict]]) -> str:
     """Per run: its sizes, test query accuracy (mean ± std over seeds, and each seed's), validation accuracy
-    and, where a learning rate was selected on validation, the chosen run."""
+    and, where the study picks a learning rate on validation, the one selected."""
     lines = ["| run | kind | N | d' | feature dim | state / head | seeds | query accuracy (mean ± std) | "
              "per seed | validation | selected |",
              "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|"]
@@ -193,13 +193,12 @@ def accuracy_table(results: dict[str, list[dict]]) -> str:
         state = _state(evals)
         mean, std = stats.mean_std(_accuracies(evals))
         validation = [result["validation"].get("query_accuracy") for result in evals if result.get("validation")]
-        chosen = evals[0].get("run", name)
         lines.append(
             f"| {name} | {state['kind']} | {_pairs(evals)} | {state['key_dim']} | "
             f"{_dash_if_none(state['feature_dim'])} | {state['per_head']:,} | {len(evals)} | "
             f"{mean:.4f} ± {'-' if std is None else f'{std:.4f}'} | "
             f"{', '.join(f'{a:.3f}' for a in _accuracies(evals))} | "
-            f"{f'{np.mean(validation):.4f}' if validation else '-'} | {'' if chosen == name else chosen} |")
+            f"{f'{np.mean(validation):.4f}' if validation else '-'} | {evals[0].get('selected', '')} |")
     return "\n".join(lines)
 
 
@@ -350,8 +349,8 @@ def report_sections(results: dict[str, list[dict]], spectra: dict, out_dir: str,
         "says otherwise). d': the width of a head's queries and keys; feature dim: m of a kernelised kind "
         "(\"-\": softmax family); state / head: the numbers a head keeps to attend over the sequence (m x "
         "d_v for a kernelised kind, every key and value for softmax). Std over seeds with ddof=1; "
-        "\"validation\": the last periodic evaluation's accuracy; \"selected\": the run a learning rate was "
-        "chosen from, on validation.",
+        "\"validation\": the last periodic evaluation's accuracy; \"selected\": the learning rate picked on "
+        "validation, where the study picks one.",
         accuracy_table(results),
         "## Rank of the query rows\n\nThe attention rows at the N query positions of 16 test sequences, an "
         "N x L matrix per head; means over examples, heads and seeds, in the layer whose rows have the "

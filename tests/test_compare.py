@@ -273,14 +273,11 @@ def test_the_head_dim_is_reported_only_where_every_run_shares_it():
     assert runner.head_dim({"transformer": results(64, 4), "rnn": results(64, 1)}) is None
 
 
-def test_parts_cover_the_runs_once_and_keep_each_group_whole():
-    study = catalog.get_study("recall", "full")  # groups of two learning rates
-    parts = [runner.part_runs(study.runs, f"{k}/3") for k in (1, 2, 3)]
+def test_parts_cover_the_runs_once_in_about_equal_slices():
+    study = catalog.get_study("recall", "full")
+    parts = [runner.part_runs(study.runs, f"{k}/4") for k in (1, 2, 3, 4)]
     assert [run for part in parts for run in part] == study.runs
-    assert all(abs(len(part) - len(study.runs) / 3) <= 2 for part in parts)
-    for part in parts:
-        groups = {run.group for run in part}
-        assert all(sum(run.group == group for run in part) == 2 for group in groups)
+    assert all(abs(len(part) - len(study.runs) / 4) <= 1 for part in parts)
     with pytest.raises(ValueError, match="1 <= k <= n"):
         runner.part_runs(study.runs, "4/3")
 
@@ -292,8 +289,8 @@ RANK_BOUNDS = {"linear": 32, "performer_m32": 32, "performer_m128": 128, "perfor
 class FakeTrain:
     """Stands in for jobs.train: writes what train.py would, or fails for the labels in `fail`."""
 
-    def __init__(self, fail=()):
-        self.fail, self.commands = set(fail), []
+    def __init__(self, fail=(), validation=lambda rate: 0.4):
+        self.fail, self.commands, self.validation = set(fail), [], validation
 
     def __call__(self, command, workdir, env):
         self.commands.append(command)
@@ -310,6 +307,9 @@ class FakeTrain:
             "metrics": {"masked_accuracy": accuracy, "loss": 1.0, "perplexity": 2.7},
             "rank": [_rank_row("encoder_self", 0, 20.0, RANK_BOUNDS.get(run))]})
         _write_json(os.path.join(workdir, "spectra.json"), {"encoder_self": [[1.0, 0.3, 0.01]]})
+        rate = next((float(arg.split("=")[1]) for arg in command if arg.startswith("--config.learning_rate=")), 0.0)
+        with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+            f.write(json.dumps({"step": 1000, "split": "eval", "masked_accuracy": self.validation(rate)}) + "\n")
         return True
 
 
@@ -405,18 +405,41 @@ def test_recall_tables_give_sizes_seeds_and_the_recall_layer():
     ]
 
 
-def test_a_group_keeps_the_run_with_the_best_validation_never_the_best_test():
-    better_on_test = [_recall_eval("linear", 16, 0.99, 16, 1024, [9.0], 0.30)]
-    better_on_validation = [_recall_eval("linear", 16, 0.50, 16, 1024, [8.0], 0.60)]
-    runs = [grids.Run("linear_N16_lr0.01", {}, group="linear_N16"),
-            grids.Run("linear_N16_lr0.001", {}, group="linear_N16"), grids.Run("softmax_N16", {})]
-    results = {"linear_N16_lr0.01": better_on_test, "linear_N16_lr0.001": better_on_validation,
-               "softmax_N16": RECALL_RESULTS["softmax_N16"]}
-    selected = runner.select_by_validation("recall", results, runs)
-    assert list(selected) == ["linear_N16", "softmax_N16"]
-    assert selected["linear_N16"][0]["metrics"]["query_accuracy"] == 0.50
-    assert selected["linear_N16"][0]["run"] == "linear_N16_lr0.001"
-    assert "| linear_N16_lr0.001 |" in recall_task.accuracy_table(selected)  # the "selected" column
+def test_a_pick_trains_each_value_once_then_the_seeds_at_the_best_on_validation(tmp_path, monkeypatch, capsys):
+    pick = grids.Pick("learning_rate", (0.001, 0.003, 0.01), {"num_train_steps": 30})
+    study = grids.Study("configs/mlm.py:tiny", {}, [grids.kind_run("softmax"), grids.kind_run("linear")], seeds=2,
+                        pick=pick)
+    monkeypatch.setattr(runner, "get_study", lambda task, preset: study)
+    # Validation peaks at 0.003; test accuracy (FakeTrain's, by seed) never depends on the rate.
+    fake = FakeTrain(fail=["learning_rate=0.01 seed0"], validation=lambda rate: {0.001: 0.3, 0.003: 0.5}.get(rate, 0.4))
+    monkeypatch.setattr(jobs, "train", fake)
+    _main(tmp_path)
+    candidates, seeds = fake.commands[:6], fake.commands[6:]
+    assert all("--config.num_train_steps=30" in command and "--config.seed=0" in command for command in candidates)
+    assert len(seeds) == 4 and all("--config.learning_rate=0.003" in command for command in seeds)
+    assert not any("--config.num_train_steps=30" in command for command in seeds)
+    text = (tmp_path / "reports" / "mlm" / "report.md").read_text()
+    assert "| softmax | softmax | - | 2 | 0.5050 ± 0.0071 | 1.0000 | 2.7000 | learning_rate=0.003 |" in text
+    assert "| softmax | 0.3000 | 0.5000 | diverged | 0.003 |" in text
+    recorded = json.loads((tmp_path / "reports" / "mlm" / runner.RUNS_JSON).read_text())
+    assert recorded["linear"]["pick"] == {"field": "learning_rate", "chosen": 0.003,
+                                          "validation": {"0.001": 0.3, "0.003": 0.5, "0.01": None}}
+    assert capsys.readouterr().err == ""  # a diverged candidate is an outcome of the pick, not a failed run
+
+    again = FakeTrain(fail=["learning_rate=0.01 seed0"])
+    monkeypatch.setattr(jobs, "train", again)
+    _main(tmp_path)
+    assert [command for command in again.commands if "learning_rate=0.01" not in " ".join(command)] == []
+
+
+def test_a_run_none_of_whose_candidates_finished_is_a_failed_run(tmp_path, monkeypatch, capsys):
+    study = grids.Study("configs/mlm.py:tiny", {}, [grids.kind_run("softmax")], seeds=1,
+                        pick=grids.Pick("learning_rate", (0.001,), {}))
+    monkeypatch.setattr(runner, "get_study", lambda task, preset: study)
+    monkeypatch.setattr(jobs, "train", FakeTrain(fail=["learning_rate=0.001 seed0"]))
+    with pytest.raises(SystemExit):
+        _main(tmp_path)
+    assert "softmax (every candidate of the pick)" in capsys.readouterr().err
 
 
 def test_write_report_for_recall_writes_its_tables_plots_and_results(tmp_path):
