@@ -66,13 +66,14 @@ def train_all(jobs: list[Job], environments: list[dict | None]):
     """Trains the jobs, one per environment at a time (devices.job_environments: each pinned to its
     device); yields (label, workdir, ok, seconds) as each ends.
 
-    The first job runs alone: it builds the dataset and tokenizer in the shared data directory, which
-    parallel processes would otherwise race to build.
+    The first job runs alone, with this process's environment (every core, every device): it builds the
+    dataset and tokenizer in the shared data directory, which parallel processes would otherwise race to
+    build.
     """
     if not jobs:
         return
     (label, command, workdir), rest = jobs[0], jobs[1:]
-    yield (label, workdir, *_train_timed(command, workdir, environments[0]))
+    yield (label, workdir, *_train_timed(command, workdir, None))
     free = queue.Queue()
     for env in environments:
         free.put(env)

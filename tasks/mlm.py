@@ -129,33 +129,75 @@ def _by_seed(evals: list[dict], value) -> dict[int, float]:
     return {result["config"]["seed"]: value(result) for result in evals}
 
 
+def _difference(evals: list[dict], reference: list[dict], value) -> tuple[float, float | None]:
+    return stats.paired_difference(_by_seed(evals, value), _by_seed(reference, value))
+
+
 def _difference_text(evals: list[dict], reference: list[dict] | None, value) -> str:
     if reference is None:
         return "-"
-    mean, half_width = stats.paired_difference(_by_seed(evals, value), _by_seed(reference, value))
+    mean, half_width = _difference(evals, reference, value)
     return f"{mean:+.4f}" + ("" if half_width is None else f" ± {half_width:.4f}")
+
+
+def _overall(result: dict) -> float:
+    return result["metrics"]["masked_accuracy"]
 
 
 def _slice_accuracy(part: str):
     return lambda result: result["recall_slice"][part]["masked_accuracy"]
 
 
+def _seeds_above_baselines(evals: list[dict]) -> str:
+    """The seeds whose test accuracy beats every predictor without attention, of all the run's seeds."""
+    above = sum(_overall(result) > max(result["baselines"].values()) for result in evals)
+    return f"{above}/{len(evals)}"
+
+
+def _reference(results: dict[str, list[dict]]) -> list[dict] | None:
+    return next((evals for evals in results.values() if report.kind_of(evals) == "softmax"), None)
+
+
 def recall_slice_table(results: dict[str, list[dict]]) -> str:
-    """Per run: the model's masked accuracy on the recall slice and on the rest (mean ± std over seeds) and
-    its difference to softmax's, overall and on the slice, mean and 95% interval over seeds paired."""
-    reference = next((evals for evals in results.values() if report.kind_of(evals) == "softmax"), None)
+    """Per run: the model's masked accuracy on the recall slice and on the rest (mean ± std over seeds), its
+    difference to softmax's, overall and on the slice, mean and 95% interval over seeds paired, and the
+    seeds above every predictor without attention."""
+    reference = _reference(results)
     lines = ["| run | kind | feature dim | seeds | recall share | recall slice | rest | vs softmax, all "
-             "(95% CI) | vs softmax, recall slice (95% CI) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    overall = lambda result: result["metrics"]["masked_accuracy"]  # noqa: E731
+             "(95% CI) | vs softmax, recall slice (95% CI) | seeds above every baseline |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, evals in results.items():
         share = np.mean([result["recall_slice"]["recall"]["share"] for result in evals])
         parts = [stats.mean_std([_slice_accuracy(part)(result) for result in evals]) for part in ("recall", "rest")]
         cells = [f"{mean:.4f}" + ("" if std is None else f" ± {std:.4f}") for mean, std in parts]
         bound = report.rank_bound(evals)
         lines.append(f"| {name} | {report.kind_of(evals)} | {'-' if bound is None else bound} | {len(evals)} | "
-                     f"{share:.3f} | {' | '.join(cells)} | {_difference_text(evals, reference, overall)} | "
-                     f"{_difference_text(evals, reference, _slice_accuracy('recall'))} |")
+                     f"{share:.3f} | {' | '.join(cells)} | {_difference_text(evals, reference, _overall)} | "
+                     f"{_difference_text(evals, reference, _slice_accuracy('recall'))} | "
+                     f"{_seeds_above_baselines(evals)} |")
     return "\n".join(lines)
+
+
+def _gap_text(mean: float, half_width: float | None) -> str:
+    """A difference in points: a gap where its 95% interval excludes 0, else the largest gap it leaves open."""
+    if half_width is None:
+        return f"{100 * mean:+.1f} points (one seed: no interval)"
+    low, high = 100 * (mean - half_width), 100 * (mean + half_width)
+    if low > 0 or high < 0:
+        return f"{100 * mean:+.1f} points (95% CI {low:+.1f} to {high:+.1f})"
+    return f"no gap larger than {max(-low, high):.1f} points detectable ({100 * mean:+.1f}, 95% CI {low:+.1f} to {high:+.1f})"
+
+
+def reading(results: dict[str, list[dict]]) -> str:
+    """Each run against softmax, overall and on the recall slice, in words a reviewer can check against the
+    recall-slice table."""
+    reference = _reference(results)
+    if reference is None:
+        return ""
+    lines = [f"- {name} against softmax: {_gap_text(*_difference(evals, reference, _overall))} overall; "
+             f"{_gap_text(*_difference(evals, reference, _slice_accuracy('recall')))} on the recall slice."
+             for name, evals in results.items() if evals is not reference]
+    return "Paired by seed, in masked-accuracy points:\n\n" + "\n".join(lines) if lines else ""
 
 
 def baseline_table(results: dict[str, list[dict]]) -> str:
@@ -201,4 +243,5 @@ def report_sections(results: dict[str, list[dict]], spectra: dict, out_dir: str,
         "mean ± std over seeds (ddof=1); differences to softmax paired by seed, mean ± the half-width of "
         "the 95% t-interval.",
         recall_slice_table(results),
+        reading(results),
     ]

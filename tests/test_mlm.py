@@ -158,14 +158,29 @@ def _study_eval(kind: str, seed: int, recall_accuracy: float, rest_accuracy: flo
                       "rank_bound": None if kind == "softmax" else 32} for layer in range(2)]}
 
 
+def test_a_gap_whose_interval_excludes_zero_is_read_as_a_gap_and_seeds_below_a_baseline_are_counted():
+    results = {"softmax": [_study_eval("softmax", seed, 0.6, 0.3) for seed in range(3)],
+               "linear": [_study_eval("linear", seed, acc, 0.2) for seed, acc in ((0, 0.4), (1, 0.5), (2, 0.6))]}
+    # Overall differences -0.125, -0.1, -0.075: mean -0.1, std 0.025; linear's seeds 0 and 1 (0.25, 0.275) sit
+    # below the bigram's 0.29.
+    half_width = 4.302653 * 0.025 / math.sqrt(3)
+    assert (f"- linear against softmax: -10.0 points (95% CI {-10 - 100 * half_width:+.1f} to "
+            f"{-10 + 100 * half_width:+.1f}) overall" in mlm.reading(results))
+    assert mlm.recall_slice_table(results).splitlines()[3].endswith("| 1/3 |")
+
+
 def test_the_report_gives_each_kind_against_softmax_with_a_95_percent_interval_paired_by_seed():
     # Seeds listed out of order: the pairing goes by config.seed. Differences on the slice: -0.1, -0.15, -0.05.
     results = {"softmax": [_study_eval("softmax", seed, acc, 0.3) for seed, acc in ((0, 0.5), (1, 0.6), (2, 0.7))],
                "linear": [_study_eval("linear", seed, acc, 0.3) for seed, acc in ((2, 0.65), (0, 0.4), (1, 0.45))]}
     rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in mlm.recall_slice_table(results).splitlines()[2:]}
     half_width = 4.302653 * 0.05 / math.sqrt(3)  # t(0.975, 2) x std / sqrt(n)
-    assert rows["linear"][-1] == f"-0.1000 ± {half_width:.4f} |"
-    assert rows["linear"][-2] == f"{0.25 * -0.1:+.4f} ± {0.25 * half_width:.4f}"
-    assert rows["softmax"][-1] == "+0.0000 ± 0.0000 |"
+    assert rows["linear"][-2] == f"-0.1000 ± {half_width:.4f}"
+    assert rows["linear"][-3] == f"{0.25 * -0.1:+.4f} ± {0.25 * half_width:.4f}"
+    assert rows["softmax"][-2] == "+0.0000 ± 0.0000"
+    assert rows["softmax"][-1] == rows["linear"][-1] == "3/3 |"  # 0.325 and more, above the bigram's 0.29
+    assert (f"- linear against softmax: no gap larger than {100 * 0.25 * half_width + 2.5:.1f} points detectable "
+            in mlm.reading(results))
+    assert f"no gap larger than {100 * half_width + 10:.1f} points detectable (-10.0, 95% CI" in mlm.reading(results)
     assert "| bigram | 0.2900 | 0.2900 | 0.2900 |" in mlm.baseline_table(results)
     assert mlm.layer_rank_table(results).splitlines()[2] == "| softmax | softmax | 11.00 | 12.00 |"
