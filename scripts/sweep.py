@@ -1,8 +1,8 @@
 """W&B sweep definitions generated from the studies marked `sweep` (configs/<task>.py), and a sweep run locally.
 
   python -m scripts.sweep --generate                      # writes sweeps/<task>-<preset>.yaml of the sweep studies
-  python -m scripts.sweep sweeps/mlm-full.yaml --jobs=2   # the sweep locally, without a W&B server
-  wandb sweep sweeps/mlm-full.yaml                        # the sweep on W&B (README, "Sweeps")
+  python -m scripts.sweep sweeps/mlm-kinds.yaml --jobs=2   # the sweep locally, without a W&B server
+  wandb sweep sweeps/mlm-kinds.yaml                        # the sweep on W&B (README, "Sweeps")
 
 From the repository root. A study is a sweep when its runs are a grid: every combination of the values its
 runs give the fields they override is one of its runs, once the kind options a combination's kind does
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> None:
         print("written: " + ", ".join(sweeps.generate()))
         return
     if len(args.positional) != 1:
-        command_line.fail("give one sweep file, e.g. sweeps/mlm-full.yaml, or --generate")
+        command_line.fail("give one sweep file, e.g. sweeps/mlm-kinds.yaml, or --generate")
     with command_line.one_line_errors():
         sweeps.run_sweep(args.positional[0], args, extra, shlex.join(["python", "-m", "scripts.sweep", *argv]))
 

@@ -64,9 +64,11 @@ def test_every_override_is_a_config_field_of_its_type(task, preset):
         assert type(value) is type(field), f"{study.config}: {key}={value!r} against {field!r}"
 
 
-def test_mlm_full_extends_quick_and_kinds_covers_every_kind_once():
-    quick, full = catalog.get_study("mlm", "quick"), catalog.get_study("mlm", "full")
-    assert {run.name for run in quick.runs} < {run.name for run in full.runs}
+def test_mlm_kinds_extends_quick_full_scales_standard_and_kinds_covers_every_kind_once():
+    quick, every = catalog.get_study("mlm", "quick"), catalog.get_study("mlm", "kinds")
+    assert {run.name for run in quick.runs} < {run.name for run in every.runs}
+    standard, full = catalog.get_study("mlm", "standard"), catalog.get_study("mlm", "full")
+    assert full.runs == standard.runs and full.pick.values == standard.pick.values
     kinds = catalog.get_study("translation", "kinds")
     assert [run.name for run in kinds.runs] == [name for name in attention.names() if name != "scaled_dot"]
 
