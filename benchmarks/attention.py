@@ -13,8 +13,7 @@ import attention
 from attention import fused
 from attention.kernelized_base import KernelizedAttention
 from benchmarks import roofline
-from benchmarks.common import (calls_per_timing, counted_flops, machine, machine_text, parse_lengths, seconds_per_call,
-                               write_reports)
+from benchmarks.common import calls_per_timing, machine, machine_text, parse_lengths, seconds_per_call, write_reports
 
 REFERENCE = "reference"  # jax.nn.dot_product_attention, not a registered kind
 MASKS = ("none", "padding")  # no mask; right padding of the keys
@@ -170,16 +169,15 @@ def padding_inputs(batch: int, length: int, padding: float) -> dict:
 class Candidate:
     """One kind at one length in one mode, compiled and warmed up, waiting for its timing rounds."""
 
-    def __init__(self, kind, program, arguments, memory, compile_s, warmup_s, max_seconds, repeats, work=None):
+    def __init__(self, kind, program, arguments, memory, compile_s, warmup_s, max_seconds, repeats, work):
         self.kind, self.program, self.arguments = kind, program, arguments
         self.memory, self.compile_s, self.warmup_s = memory, compile_s, warmup_s
         self.calls = calls_per_timing(warmup_s)
         # Already over budget once: one more call is the measurement, not `repeats` more.
         self.repeats = 1 if warmup_s > max_seconds else repeats
         self.seconds = []
-        # FLOPs and bytes: `work` where the caller counted them (benchmarks/roofline.py), else XLA's FLOPs.
-        self.flops = counted_flops(program) if work is None else work["flops"]
-        self.bytes_accessed = None if work is None else work["bytes"]
+        # FLOPs and bytes of XLA's cost analysis, each loop's body counted once per trip (benchmarks/roofline.py).
+        self.flops, self.bytes_accessed = work["flops"], work["bytes"]
 
     def time_once(self):
         if len(self.seconds) < self.repeats:
