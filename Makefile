@@ -43,6 +43,7 @@ bench: setup
 	$(PY) -m scripts.bench_train
 	$(PY) -m scripts.bench_attention
 	$(PY) -m scripts.bench_chunks
+	$(PY) -m scripts.bench_linear_paths
 	$(PY) -m scripts.bench_decode
 
 # On a GPU (or TPU) machine, in one command: the accelerator tests, a short bf16 run, every benchmark

@@ -38,7 +38,8 @@ import jax.numpy as jnp
 
 STRATEGIES = ("sequential", "parallel")
 # lax.scan's unroll of the loops over chunks. XLA's cost analysis counts a loop's body once, whatever its trip
-# count: a roofline benchmark compiles the program a second time with 2 to count one trip of each loop.
+# count: benchmarks/roofline.py (loop_aware_cost) compiles a program a second time with 2 to count one trip of
+# each loop.
 UNROLL = 1
 _TINY = float(jnp.finfo(jnp.float32).tiny)
 

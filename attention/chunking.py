@@ -10,20 +10,20 @@ is traced. The strategy (`strategy_for`) is how the state crosses the chunks: "s
 the chunks carrying it (its temporaries are the inputs' size), or "parallel", every chunk at once with a
 prefix sum of the chunk states between (L/C states of m x Dv, and their cotangents, held at once).
 
-CPU: measured by the old-vs-new benchmark of the fast-linear branch (commit 11acd50; its script and the
-reports/bench/linear_strategies*/ JSON join benchmarks/ with issue 27's next step) (B = 1, H = 4,
-D = m = 64, float32, value and gradient, on a shared 2-core machine). The
-parallel strategy was the faster at 128 and 256 tokens in both runs (C = 64 at 128: 1.4 against 2.0 ms
-sequential; at 256 C = 32 and 64 within the noise of each other), the two traded places at 512 and 1,024,
-and from 2,048 on the sequential one was 1.3-1.9x faster and held half the temporaries. Sequentially,
-C = 32 was the fastest at 512, 2,048, 4,096 and 16,384 tokens, and within 3-9% of the fastest (64) at
-1,024 and 8,192; C = 16 took 1.1-1.3x as long, C = 128 1.2-1.6x. Hence: up to 256 tokens, parallel in
-chunks of 64; beyond, sequential in chunks of 32. (The former autodiff path, measured by
-scripts/bench_chunks.py, ran best at C = 32 up to 256 tokens and 64 beyond.)
+CPU: measured by `python -m scripts.bench_linear_paths` (benchmarks/linear_paths.py; B = 1, H = 4,
+D = m = 64, float32, value and gradient, on a 2-core machine shared with other jobs; the commands, the
+tables and where they were run are in docs/benchmarks.md, the JSON in reports/bench/linear_strategies_short/
+and reports/bench/linear_strategies_long/). The parallel strategy was the faster at 128 and 256 tokens (C = 64
+at 128: 1.5 against 1.7-2.2 ms sequential; at 256 2.6 against 2.7), the two traded places at 512 and 1,024,
+and from 2,048 on the sequential one was 1.4-1.9x faster with two thirds of the temporaries. Sequentially,
+C = 32 was the fastest at 512, 1,024, 2,048, 4,096 and 16,384 tokens and 7% behind the fastest (16) at 8,192;
+C = 128 took 1.1-1.6x as long. Hence: up to 256 tokens, parallel in chunks of 64; beyond, sequential in
+chunks of 32. (The former autodiff path, measured by `python -m scripts.bench_chunks`, ran best at C = 32 up
+to 256 tokens and 64 beyond.)
 
 GPU and TPU: NOT measured (no accelerator was lent to the sessions that built this). Their entries are
 an explicit default, 64 and the parallel strategy (a GPU runs a loop of small matmuls poorly), to be
-replaced by what that benchmark measures there; on a GPU the Pallas kernels
+replaced by what `python -m scripts.bench_linear_paths` measures there; on a GPU the Pallas kernels
 (attention/linear_pallas.py) take the causal sums where they apply. A platform not in the tables gets
 DEFAULT_CHUNK and DEFAULT_STRATEGY.
 """

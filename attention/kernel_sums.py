@@ -11,7 +11,7 @@ attention is two matmuls and stays on "xla"; off a GPU in interpret mode, for te
 where they compile (a GPU, widths they take), else "xla"; and "autodiff", the former path below (XLA's
 autodiff of the chunked sums, the normaliser a column of ones appended to v, every chunk state, its prefix
 sum and shifted copy stored for the backward), kept as the reference that tests/test_linear_paths.py and
-the benchmark's side-by-side compare the others with.
+`python -m scripts.bench_linear_paths` (benchmarks/linear_paths.py) compare the others with.
 
 Mixed precision: with bfloat16 (or float16) inputs, every sum of products (the states, their prefix
 sums, the scores, the normaliser) accumulates and stays in float32, and so does the division; only the

@@ -1,6 +1,7 @@
 """One attention layer's forward+backward time and planned memory by sequence length: the measurement and
 reports of `python -m scripts.bench_attention`, whose docstring (its --help) states the method. Its
 measure_length times any labelled layers, so benchmarks/chunks.py times configured kinds with it."""
+import contextlib
 import time
 
 import jax
@@ -11,8 +12,8 @@ from flax import nnx
 import attention
 from attention import fused
 from attention.kernelized_base import KernelizedAttention
-from benchmarks.common import (calls_per_timing, counted_flops, machine, machine_text, parse_lengths, seconds_per_call,
-                               write_reports)
+from benchmarks import roofline
+from benchmarks.common import calls_per_timing, machine, machine_text, parse_lengths, seconds_per_call, write_reports
 
 REFERENCE = "reference"  # jax.nn.dot_product_attention, not a registered kind
 MASKS = ("none", "padding")  # no mask; right padding of the keys
@@ -20,6 +21,7 @@ MASKS = ("none", "padding")  # no mask; right padding of the keys
 MODES = {"bidirectional": (False, False), "causal": (True, False),
          "bidirectional + padding": (False, True), "causal + padding": (True, True)}
 MIB = 2**20
+VARIANT = ":"  # a column `kind:implementation`: a kind that takes `implementation`, with that one
 # The flags (scripts/command_line.py) that are settings of a measurement, as bench_chunks shares them.
 SETTINGS = ("batch", "heads", "head_dim", "num_features", "dtype", "implementation", "repeats", "max_seconds",
             "max_memory_gb", "seed")
@@ -32,12 +34,29 @@ def parse_kinds(text: str) -> list[str]:
     """Comma-separated kinds, checked against the registry before anything compiles."""
     kinds = [kind.strip() for kind in text.split(",") if kind.strip()]
     known = attention.names()
-    unknown = [kind for kind in kinds if kind != REFERENCE and kind not in known]
+    unknown = [kind for kind in kinds if kind != REFERENCE and kind_of(kind) not in known]
     if unknown or not kinds:
         raise SystemExit(f"--kinds: unknown {unknown or '(empty)'}; known: {', '.join(known)}, {REFERENCE}")
     if len(set(kinds)) != len(kinds):
         raise SystemExit(f"--kinds: {text!r} names a kind twice")
     return kinds
+
+
+def kind_of(label: str) -> str:
+    """The registered kind of a column's label (`kind` or `kind:implementation`)."""
+    return label.split(VARIANT)[0]
+
+
+def variant_options(label: str) -> dict:
+    """The options a label sets beyond the benchmark's: {"implementation": ...} for `kind:implementation`
+    (e.g. `linear:autodiff`, the kernelised kinds' former autodiff path, beside `linear`)."""
+    parts = label.split(VARIANT)
+    if len(parts) == 1:
+        return {}
+    if len(parts) > 2 or "implementation" not in attention.options(parts[0]):
+        raise SystemExit(f"--kinds: {label!r}: a variant is kind{VARIANT}implementation, for a kind that "
+                         f"takes implementation")
+    return {"implementation": parts[1]}
 
 
 def parse_masks(text: str) -> list[str]:
@@ -53,9 +72,9 @@ def kind_options(kind: str, num_features: int, implementation: str = "auto") -> 
     if kind == REFERENCE:
         return {}
     candidates = {"num_features": num_features}
-    if not issubclass(attention.registry.get(kind), KernelizedAttention):
+    if not issubclass(attention.registry.get(kind_of(kind)), KernelizedAttention):
         candidates["implementation"] = implementation
-    return attention.select_options(kind, candidates)
+    return {**attention.select_options(kind_of(kind), candidates), **variant_options(kind)}
 
 
 def modes(masks: list[str]) -> dict:
@@ -92,13 +111,14 @@ def build_layer(kind: str, heads: int, head_dim: int, options: dict, dtype="floa
     reference, which has no state."""
     if kind == REFERENCE:
         return None, {}
-    module = attention.create(kind, num_heads=heads, head_dim=head_dim, rngs=nnx.Rngs(0), **options)
+    module = attention.create(kind_of(kind), num_heads=heads, head_dim=head_dim, rngs=nnx.Rngs(0), **options)
     graphdef, state = nnx.split(module)
     return graphdef, in_dtype(state, dtype)
 
 
-def gradient_program(graphdef, causal: bool, reference_implementation: str | None = None):
-    """jit of (state, q, k, v, cotangent, padding) -> d sum(out * cotangent) / d(q, k, v).
+def gradient_program(graphdef, causal: bool, reference_implementation: str | None = None, program: str = "grad"):
+    """jit of (state, q, k, v, cotangent, padding) -> d sum(out * cotangent) / d(q, k, v), or, for `program`
+    "value_and_grad", (sum(out * cotangent), that gradient).
 
     `padding` is None (no mask), a kind's key mask [B, 1, 1, L] (boolean) or the reference's key lengths
     [B] (int32); the reference runs `reference_implementation` (None: jax's default, XLA)."""
@@ -112,7 +132,7 @@ def gradient_program(graphdef, causal: bool, reference_implementation: str | Non
     def loss(q, k, v, state, cotangent, padding):
         return jnp.sum(attend(state, q, k, v, padding) * cotangent)
 
-    grad = jax.grad(loss, argnums=(0, 1, 2))
+    grad = getattr(jax, program)(loss, argnums=(0, 1, 2))
     return jax.jit(lambda state, q, k, v, cotangent, padding: grad(q, k, v, state, cotangent, padding))
 
 
@@ -149,14 +169,15 @@ def padding_inputs(batch: int, length: int, padding: float) -> dict:
 class Candidate:
     """One kind at one length in one mode, compiled and warmed up, waiting for its timing rounds."""
 
-    def __init__(self, kind, program, arguments, memory, compile_s, warmup_s, max_seconds, repeats):
+    def __init__(self, kind, program, arguments, memory, compile_s, warmup_s, max_seconds, repeats, work):
         self.kind, self.program, self.arguments = kind, program, arguments
         self.memory, self.compile_s, self.warmup_s = memory, compile_s, warmup_s
         self.calls = calls_per_timing(warmup_s)
         # Already over budget once: one more call is the measurement, not `repeats` more.
         self.repeats = 1 if warmup_s > max_seconds else repeats
         self.seconds = []
-        self.flops = counted_flops(program)
+        # FLOPs and bytes of XLA's cost analysis, each loop's body counted once per trip (benchmarks/roofline.py).
+        self.flops, self.bytes_accessed = work["flops"], work["bytes"]
 
     def time_once(self):
         if len(self.seconds) < self.repeats:
@@ -166,39 +187,51 @@ class Candidate:
 def _row(kind, causal, length, masked=False, **fields) -> dict:
     row = {"kind": kind, "causal": causal, "masked": masked, "length": length, "valid_keys": None, "ms": None,
            "ms_repeats": [], "calls_per_timing": None, "bytes": None, "memory": None, "flops": None,
-           "compile_s": None, "skipped": None}
+           "bytes_accessed": None, "compile_s": None, "skipped": None}
     return {**row, **fields}
 
 
-def _compile(layer, causal, arguments, reference_implementation=None):
-    """(compiled program, its planned memory, compile seconds) of one kind at one length."""
+def _compile(layer, causal, arguments, settings, traced_in=None):
+    """(compiled program, its planned memory, compile seconds, its FLOPs and bytes with each loop's body counted
+    once per trip: benchmarks/roofline.py) of one kind at one length, traced inside `traced_in()` if given."""
     graphdef, _ = layer
+
+    def compile_program():
+        with traced_in() if traced_in else contextlib.nullcontext():
+            program = gradient_program(graphdef, causal, settings.get("reference_implementation"),
+                                       settings.get("program", "grad"))
+            return program.lower(*arguments).compile()
+
     started = time.perf_counter()
-    compiled = gradient_program(graphdef, causal, reference_implementation).lower(*arguments).compile()
-    return compiled, planned_memory(compiled), time.perf_counter() - started
+    compiled = compile_program()
+    compile_s = time.perf_counter() - started
+    work = roofline.loop_aware_cost(compile_program, roofline.trips(layer, causal, arguments[1].shape[1]), compiled)
+    return compiled, planned_memory(compiled), compile_s, work
 
 
-def measure_length(kinds, layers, causal, length, settings, stopped: dict, masked: bool = False) -> list[dict]:
+def measure_length(kinds, layers, causal, length, settings, stopped: dict, masked: bool = False,
+                   traced_in: dict | None = None) -> list[dict]:
     """Rows of every kind at one length in one mode; updates `stopped` (kind -> reason) for larger ones.
 
-    `kinds` are labels of `layers` (a registered kind, the reference, or any label benchmarks/chunks.py gives
-    a configured kind). settings["reference_implementation"], if set, is what the reference runs."""
+    `kinds` are labels of `layers` (a registered kind, the reference, or any label benchmarks/chunks.py or
+    linear_paths.py gives a configured kind); `traced_in` maps a label to a context manager its program is
+    traced in. settings["reference_implementation"], if set, is what the reference runs; settings["program"]
+    is what is timed (gradient_program's: "grad" by default)."""
     dtype = settings.get("dtype", "float32")
     key = jax.random.fold_in(jax.random.key(settings["seed"]), length)
     inputs = random_inputs(key, settings["batch"], length, settings["heads"], settings["head_dim"], dtype)
     padding = padding_inputs(settings["batch"], length, settings.get("padding", 0.1)) if masked else None
     valid = valid_keys(length, settings.get("padding", 0.1)) if masked else None
-    rows, candidates = {}, []
+    rows, candidates, common = {}, [], {"masked": masked, "valid_keys": valid}
     for kind in kinds:
-        common = {"masked": masked, "valid_keys": valid}
         if kind in stopped:
             rows[kind] = _row(kind, causal, length, skipped=stopped[kind], **common)
             continue
         graphdef = layers[kind][0]
         kind_padding = None if padding is None else padding["lengths" if graphdef is None else "mask"]
         arguments = (layers[kind][1], *inputs, kind_padding)
-        compiled, memory, compile_s = _compile(layers[kind], causal, arguments,
-                                               settings.get("reference_implementation"))
+        compiled, memory, compile_s, work = _compile(layers[kind], causal, arguments, settings,
+                                                     (traced_in or {}).get(kind))
         if memory["total"] > settings["max_memory_gb"] * 2**30:
             reason = f"planned memory {memory['total'] / 2**30:.2f} GiB > --max_memory_gb={settings['max_memory_gb']}"
             stopped[kind] = f"{reason} at L={length}"
@@ -207,21 +240,44 @@ def measure_length(kinds, layers, causal, length, settings, stopped: dict, maske
             continue
         warmup_s = seconds_per_call(compiled, arguments, 1)  # sets `calls`
         candidates.append(Candidate(kind, compiled, arguments, memory, compile_s, warmup_s,
-                                    settings["max_seconds"], settings["repeats"]))
+                                    settings["max_seconds"], settings["repeats"], work))
     for _ in range(settings["repeats"]):  # rounds alternate between the kinds
         for candidate in candidates:
             candidate.time_once()
+    rows.update(_timed_rows(candidates, causal, length, settings, stopped, common))
+    return [rows[kind] for kind in kinds]
+
+
+def _timed_rows(candidates, causal, length, settings, stopped: dict, common: dict) -> dict:
+    """kind -> row of each timed candidate; a kind over --max_seconds is stopped."""
+    rows = {}
     for candidate in candidates:
         ms = 1e3 * float(np.median(candidate.seconds))
         rows[candidate.kind] = _row(
             candidate.kind, causal, length, ms=ms, ms_repeats=[1e3 * s for s in candidate.seconds],
             calls_per_timing=candidate.calls, bytes=candidate.memory["total"], memory=candidate.memory,
-            flops=candidate.flops, compile_s=candidate.compile_s, masked=masked, valid_keys=valid)
+            flops=candidate.flops, bytes_accessed=candidate.bytes_accessed, compile_s=candidate.compile_s, **common)
         slowest = max(ms / 1e3, candidate.warmup_s)
         if slowest > settings["max_seconds"]:
             stopped[candidate.kind] = (f"forward+backward {slowest:.2f} s > --max_seconds={settings['max_seconds']} "
                                        f"at L={length}")
-    return [rows[kind] for kind in kinds]
+    return rows
+
+
+def measure_modes(kinds, layers, lengths: list[int], modes_measured: dict, settings: dict, log=print,
+                  traced_in: dict | None = None) -> dict:
+    """Every labelled layer x mode (name -> (causal, masked)) x length, timed in alternating rounds between this
+    machine's rates measured before and after: {"rates", "run_rates", "rows"}, each row against its
+    roofline (benchmarks/roofline.py)."""
+    rows, started, rates = [], time.perf_counter(), [roofline.machine_rates()]
+    for mode, (causal, masked) in modes_measured.items():
+        stopped = {}
+        for length in lengths:
+            measured = measure_length(kinds, layers, causal, length, settings, stopped, masked, traced_in)
+            rows.extend(measured)
+            log(f"[{time.perf_counter() - started:6.1f} s] {mode} L={length}: " + ", ".join(map(brief, measured)))
+    rates.append(roofline.machine_rates())
+    return {"rates": rates, "run_rates": roofline.annotate(rows, rates), "rows": rows}
 
 
 def measure(kinds: list[str], lengths: list[int], settings: dict, log=print) -> dict:
@@ -234,16 +290,11 @@ def measure(kinds: list[str], lengths: list[int], settings: dict, log=print) -> 
     options = {kind: kind_options(kind, settings["num_features"], settings["implementation"]) for kind in kinds}
     layers = {kind: build_layer(kind, settings["heads"], settings["head_dim"], options[kind], settings["dtype"])
               for kind in kinds}
-    rows, started = [], time.perf_counter()
-    for mode, (causal, masked) in modes(settings["masks"]).items():
-        stopped = {}
-        for length in lengths:
-            measured = measure_length(kinds, layers, causal, length, settings, stopped, masked)
-            rows.extend(measured)
-            log(f"[{time.perf_counter() - started:6.1f} s] {mode} L={length}: " + ", ".join(map(brief, measured)))
+    started = time.perf_counter()
+    measured = measure_modes(kinds, layers, lengths, modes(settings["masks"]), settings, log)
     return {"machine": machine(), "settings": {**settings, "kinds": kinds, "lengths": lengths},
             "options": options, "feature_dim": {kind: feature_dim(layers[kind]) for kind in kinds},
-            "rows": rows, "elapsed_s": time.perf_counter() - started}
+            **measured, "elapsed_s": time.perf_counter() - started}
 
 
 def feature_dim(layer) -> int | None:
@@ -328,14 +379,15 @@ def reference_summary(result: dict, mode: str) -> str | None:
 def _cell(row: dict | None, field: str, scale: float) -> str:
     if row is None or row["ms"] is None:
         return "skip"
-    return f"{row[field] / scale:.2f}"
+    return "-" if row.get(field) is None else f"{row[field] / scale:.2f}"
 
 
 def table(result: dict, mode: str, field: str = "ms") -> str:
-    """Markdown: a row per length, a column per kind (ms, or MiB when field is "bytes"), then the ratios."""
+    """Markdown: a row per length, a column per kind (ms, MiB when field is "bytes", the time over the
+    roofline for "over_roofline"), then the ratios."""
     kinds, lengths = result["settings"]["kinds"], result["settings"]["lengths"]
     rows = _lookup(result)
-    unit, scale = ("ms", 1.0) if field == "ms" else ("MiB", MIB)
+    unit, scale = {"ms": ("ms", 1.0), "bytes": ("MiB", MIB), "over_roofline": ("x roofline", 1.0)}[field]
     ratios = _ratio_columns(kinds) if field == "ms" else []
     header = ["L", *(f"{kind} {unit}" for kind in kinds), *(_ratio_header(a, b, mode) for a, b in ratios)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---:|" * len(header)]
@@ -345,6 +397,28 @@ def table(result: dict, mode: str, field: str = "ms") -> str:
             ratio = _ratio(rows.get((mode, a, length)), rows.get((mode, b, length)))
             cells.append("-" if ratio is None else f"{ratio:.2f}")
         lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def roofline_summary(result: dict) -> str:
+    """Markdown: a row per mode and length, a column per kind, its ms and (in brackets) its time over its
+    roofline, then softmax/linear: the yardstick of a run that measured the machine's rates."""
+    kinds, rows = result["settings"]["kinds"], _lookup(result)
+    ratios = [(a, b) for a, b in _ratio_columns(kinds) if b != REFERENCE]
+    header = ["mode", "L", *(f"{kind} ms (x roofline)" for kind in kinds), *(f"{a}/{b}" for a, b in ratios)]
+    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    for mode in result_modes(result):
+        for length in result["settings"]["lengths"]:
+            cells = [mode, f"{length:,}"]
+            for kind in kinds:
+                row = rows.get((mode, kind, length))
+                measured = row is not None and row["ms"] is not None
+                over = "-" if not measured or row.get("over_roofline") is None else f"{row['over_roofline']:.1f}"
+                cells.append(f"{row['ms']:,.1f} ({over})" if measured else "skip")
+            for a, b in ratios:
+                ratio = _ratio(rows.get((mode, a, length)), rows.get((mode, b, length)))
+                cells.append("-" if ratio is None else f"{ratio:.1f}x")
+            lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -378,9 +452,13 @@ def markdown(result: dict) -> str:
              f"{machine_text(m)}. "
              f"`{REFERENCE}` is `jax.nn.dot_product_attention`. Memory is XLA's planned buffer size "
              f"(temp + arguments + outputs), not RSS.\n"]
+    if "rates" in result:  # a result measured before the yardstick has none
+        lines.append(roofline.rates_text(result))
     for mode in result_modes(result):
         lines += [f"## {mode}\n", _mode_note(result, mode), "Time (ms):\n", table(result, mode), "",
                   "Planned memory (MiB):\n", table(result, mode, "bytes"), ""]
+        if "rates" in result:
+            lines += ["Time over the roofline (1.0: the machine's limit):\n", table(result, mode, "over_roofline"), ""]
         lines += _skip_notes(result, mode) + ["", f"**{summary(result, mode)}**", ""]
         if reference := reference_summary(result, mode):
             lines += [f"**{reference}**", ""]
@@ -434,7 +512,7 @@ def run(options) -> dict:
     paths = write_reports(result, options.out, "attention", markdown, plot)
     for mode in result_modes(result):
         print(f"\n{mode} (ms):\n{table(result, mode)}")
-    print()
+    print(f"\nms (x roofline):\n{roofline_summary(result)}\n")
     for mode in result_modes(result):
         print(summary(result, mode))
         if reference := reference_summary(result, mode):

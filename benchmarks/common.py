@@ -1,5 +1,5 @@
-"""What the benchmarks share: their list arguments, how a program is timed, XLA's FLOP count of it, where it
-ran (the machine block of the JSON, the machine line of the report) and the report files."""
+"""What the benchmarks share: their list arguments, how a program is timed, XLA's count of its FLOPs and bytes,
+where it ran (the machine block of the JSON, the machine line of the report) and the report files."""
 import json
 import os
 import platform
@@ -43,14 +43,22 @@ def calls_per_timing(warmup_s: float) -> int:
     return min(MAX_CALLS_PER_TIMING, max(1, int(TIMING_SECONDS / max(warmup_s, 1e-6))))
 
 
-def counted_flops(compiled) -> float | None:
-    """XLA's cost analysis of a compiled program: its floating-point operations, or None if not given."""
+def xla_cost(compiled) -> dict:
+    """{"flops", "bytes"}: the floating-point operations and bytes accessed of XLA's cost analysis of a compiled
+    program, each None where the backend gives none. A while loop's body counts once, whatever its trip count
+    (benchmarks/roofline.py counts it per trip)."""
     try:
         analysis = compiled.cost_analysis()
     except Exception:  # noqa: BLE001  (a backend without cost analysis)
-        return None
-    analysis = analysis[0] if isinstance(analysis, (list, tuple)) and analysis else analysis
-    return float(analysis["flops"]) if analysis and "flops" in analysis else None
+        analysis = None
+    analysis = (analysis[0] if isinstance(analysis, (list, tuple)) and analysis else analysis) or {}
+    return {field: float(analysis[key]) if key in analysis else None
+            for field, key in (("flops", "flops"), ("bytes", "bytes accessed"))}
+
+
+def counted_flops(compiled) -> float | None:
+    """XLA's cost analysis of a compiled program: its floating-point operations, or None if not given."""
+    return xla_cost(compiled)["flops"]
 
 
 def machine(matmul_precision: bool = True) -> dict:

@@ -40,8 +40,14 @@ block_until_ready; a kind's time is the median of --repeats timings.
 Memory: XLA's planned buffer sizes of the compiled program, from `compiled.memory_analysis()`:
 temp + argument + output - alias bytes. This is what XLA's buffer assignment allocates for the program
 (on the CPU backend of jax 0.10.2 `peak_memory_in_bytes` counts arguments and outputs only, so temp is
-added here), not the process RSS, and not what a GPU allocator would reserve on top. FLOPs: XLA's cost
-analysis of the same program (None where the backend gives none).
+added here), not the process RSS, and not what a GPU allocator would reserve on top.
+
+The roofline (benchmarks/roofline.py): FLOPs and bytes from XLA's cost analysis of the same program (each
+loop's body counted once per trip; None where the backend gives none), and this machine's matmul rate and
+memory bandwidth, measured before the first program and after the last (the better counts). Each row gets
+its FLOP rate, its share of the matmul rate and its time over max(FLOPs / matmul rate, bytes / bandwidth).
+A column of --kinds may be a variant `kind:implementation` of a kind that takes `implementation`, e.g.
+`linear:autodiff` (the kernelised kinds' former autodiff path) beside `linear`.
 
 Budget: a kind whose planned memory exceeds --max_memory_gb is not run at that length; a kind whose
 forward+backward takes longer than --max_seconds (median, or the warm-up call alone, in which case it is
@@ -49,7 +55,8 @@ timed once more only) is measured at that length; in both cases the larger lengt
 mode, are skipped and recorded as such with the reason.
 
 Writes under --out: attention.json (machine, settings, one row per (kind, causal, masked, L)),
-attention.md (tables per mode: ms and MiB per kind, ratios softmax/linear and softmax/reference) and
+attention.md (tables per mode: ms, MiB and time over the roofline per kind, ratios softmax/linear and
+softmax/reference) and
 attention.png (log-log time against L, a panel per mode). scripts/bench_chunks.py times the causal chunk
 sizes of the kernelised kinds with the same helpers.
 """
