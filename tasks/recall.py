@@ -165,16 +165,21 @@ def _accuracies(evals: list[dict]) -> list[float]:
     return [result["metrics"]["query_accuracy"] for result in evals]
 
 
-def recall_layer(evals: list[dict]) -> tuple[int, dict]:
-    """(layer, its rank metrics averaged over heads and seeds) for the layer whose query rows have the
-    highest effective rank: the layer that points the queries at their keys."""
+def layer_ranks(evals: list[dict]) -> dict[int, dict]:
+    """Layer -> the rank metrics of its query rows, means over heads, examples and seeds."""
     by_layer = collections.defaultdict(list)
     for result in evals:
         for row in result["rank"]:
             by_layer[row["layer"]].append(row)
-    means = {layer: {metric: float(np.mean([row[metric] for row in rows]))
-                     for metric in ("numerical_rank", "effective_rank", "stable_rank")}
-             for layer, rows in by_layer.items()}
+    return {layer: {metric: float(np.mean([row[metric] for row in rows]))
+                    for metric in ("numerical_rank", "effective_rank", "stable_rank")}
+            for layer, rows in sorted(by_layer.items())}
+
+
+def recall_layer(evals: list[dict]) -> tuple[int, dict]:
+    """(layer, its rank metrics averaged over heads and seeds) for the layer whose query rows have the
+    highest effective rank: the layer that points the queries at their keys."""
+    means = layer_ranks(evals)
     layer = max(means, key=lambda key: means[key]["effective_rank"])
     return layer, means[layer]
 
