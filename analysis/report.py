@@ -174,6 +174,20 @@ def role_rank_table(results: dict[str, list[dict]]) -> str:
     return "\n".join(lines)
 
 
+def layer_rank_table(results: dict[str, list[dict]]) -> str:
+    """Each layer's ranks of each run's reported role (see ROLES), means over heads, analysed examples and
+    seeds: every layer of every run, none chosen per run."""
+    lines = ["| run | kind | layer | numerical rank | effective rank | stable rank |", "|---|---|---:|---:|---:|---:|"]
+    for name, evals in results.items():
+        rows = rank_rows(evals)
+        for layer in sorted({row["layer"] for row in rows}):
+            mean = {field: float(np.mean([row[field] for row in rows if row["layer"] == layer]))
+                    for field in ("numerical_rank", "effective_rank", "stable_rank")}
+            lines.append(f"| {name} | {kind_of(evals)} | {layer} | {mean['numerical_rank']:.2f} | "
+                         f"{mean['effective_rank']:.2f} | {mean['stable_rank']:.2f} |")
+    return "\n".join(lines)
+
+
 def rank_note(results: dict[str, list[dict]], head_dim: int | None = None) -> str:
     """One paragraph of facts read off the rank table: bounds kept or broken, softmax against head_dim."""
     sentences = []
@@ -288,6 +302,9 @@ def rank_study_sections(metrics: tuple[str, ...], results: dict[str, list[dict]]
         "of every matrix.",
         rank_table(results, head_dim),
         rank_note(results, head_dim),
+        "## Attention rank by layer\n\nThe reported role's ranks in each layer (the table above averages "
+        "them, the same for every run), means over heads, analysed examples and seeds.",
+        layer_rank_table(results),
         *(["## Attention rank by role\n\nEvery role of each run, means over layers, heads, analysed examples "
            "and seeds; a causal role has no bound (its triangular mask lifts it).", role_rank_table(results)]
           if any(len(evals[0]["attention"]) > 1 for evals in results.values()) else []),

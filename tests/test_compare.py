@@ -141,6 +141,25 @@ def test_rank_table_checks_bounds_and_head_dim():
     assert "head dim" not in report.rank_table(RESULTS)
 
 
+def test_layer_rank_table_gives_every_layer_of_every_run():
+    # softmax's layer 0: ranks 40 and 42 over its seeds; the decoder_self row is not the reported role.
+    assert report.layer_rank_table(RESULTS).splitlines()[2:] == [
+        "| softmax | softmax | 0 | 41.00 | 20.50 | 1.50 |", "| softmax | softmax | 1 | 45.00 | 22.50 | 1.50 |",
+        "| linear | linear | 0 | 30.50 | 15.25 | 1.50 |", "| linear | linear | 1 | 31.50 | 15.75 | 1.50 |",
+        "| performer_m16 | performer | 0 | 15.00 | 7.50 | 1.50 |",
+        "| performer_m16 | performer | 1 | 17.00 | 8.50 | 1.50 |"]
+
+
+def test_rewrite_report_writes_a_recall_report_again_from_its_results(tmp_path):
+    out = tmp_path / "reports" / "recall" / "kinds"
+    report.write_report(recall_task, "kinds", "python -m scripts.compare --task=recall --preset=kinds",
+                        RECALL_RESULTS, {}, str(out))
+    (out / "report.md").write_text((out / "report.md").read_text().replace("| layer |", "| recall layer |"))
+    compare.main(["--task=recall", "--preset=kinds", "--rewrite_report", f"--reports_dir={tmp_path / 'reports'}"])
+    text = (out / "report.md").read_text()
+    assert "| layer |" in text and "python -m scripts.compare --task=recall --preset=kinds\n" in text
+
+
 def test_role_rank_table_lists_every_role_of_each_run(tmp_path):
     # RESULTS' runs have an encoder_self row per layer and a decoder_self row of rank 99 without a bound.
     evals = [{**result, "attention": {"encoder_self": "linear", "decoder_self": "linear"}}
@@ -384,14 +403,14 @@ RECALL_RESULTS = {
     "linear_d4_N16": [_recall_eval("linear", 16, 0.1, 4, 256, [4.0], 0.1)],  # a width sweep with d' = 16
     "softmax_N16": [_recall_eval("softmax", 16, 1.0, None, 8192, [16.0, 7.0], 1.0),
                     _recall_eval("softmax", 16, 0.98, None, 8192, [15.0, 8.0], 0.99)],
-    # Layer 1 recalls in one seed, layer 0 in the other: the recall layer is the one with the higher mean.
+    # Layer 1 recalls in one seed, layer 0 in the other: each layer's mean is reported, none chosen.
     "linear_d16_N16": [_recall_eval("linear", 16, 0.4, 16, 1024, [10.0, 6.0], 0.41),
                        _recall_eval("linear", 16, 0.5, 16, 1024, [4.0, 9.0], 0.52)],
     "linear_d16_N4": [_recall_eval("linear", 4, 0.9, 16, 1024, [3.0, 2.0], 0.9)],
 }
 
 
-def test_recall_tables_give_sizes_seeds_and_the_recall_layer():
+def test_recall_tables_give_sizes_seeds_and_every_layer():
     # softmax: std of (1.0, 0.98) = 0.0141; linear N16: std of (0.4, 0.5) = 0.0707; layer means 7 and 7.5.
     assert recall_task.accuracy_table(RECALL_RESULTS).splitlines()[3:] == [
         "| softmax_N16 | softmax | 16 | 64 | - | 8,192 | 2 | 0.9900 ± 0.0141 | 1.000, 0.980 | 0.9950 |  |",
@@ -400,8 +419,11 @@ def test_recall_tables_give_sizes_seeds_and_the_recall_layer():
     ]
     assert recall_task.rank_table(RECALL_RESULTS).splitlines()[3:] == [
         "| softmax_N16 | softmax | 16 | - | 0 | 15.50 | 16.50 | 1.50 | 0.97 |",
+        "| softmax_N16 | softmax | 16 | - | 1 | 7.50 | 8.50 | 1.50 | 0.47 |",
+        "| linear_d16_N16 | linear | 16 | 16 | 0 | 7.00 | 8.00 | 1.50 | 0.44 |",
         "| linear_d16_N16 | linear | 16 | 16 | 1 | 7.50 | 8.50 | 1.50 | 0.47 |",
         "| linear_d16_N4 | linear | 4 | 16 | 0 | 3.00 | 4.00 | 1.50 | 0.75 |",
+        "| linear_d16_N4 | linear | 4 | 16 | 1 | 2.00 | 3.00 | 1.50 | 0.50 |",
     ]
 
 
