@@ -38,7 +38,9 @@ def _study_config(study: grids.Study):
 @pytest.mark.parametrize("task, preset", STUDY_KEYS)
 def test_every_run_is_a_valid_config_with_a_unique_name(task, preset):
     study = catalog.get_study(task, preset)
-    for run in study.runs:
+    # A pick's candidates (its values, on its schedule) are runs too: the first run's stand for the others.
+    candidates = runner.pick_candidates(study.pick, study.runs[0]) if study.pick else []
+    for run in study.runs + candidates:
         config = _study_config(study)
         for key, value in {**study.overrides, **run.overrides}.items():
             *sections, field = key.split(".")
@@ -55,7 +57,8 @@ def test_every_run_is_a_valid_config_with_a_unique_name(task, preset):
 def test_every_override_is_a_config_field_of_its_type(task, preset):
     study = catalog.get_study(task, preset)
     config = _study_config(study)
-    overrides = {**study.overrides, **{key: value for run in study.runs for key, value in run.overrides.items()}}
+    overrides = {**study.overrides, **{key: value for run in study.runs for key, value in run.overrides.items()},
+                 **({study.pick.field: study.pick.values[0], **study.pick.overrides} if study.pick else {})}
     for key, value in {**overrides, "wandb.group": "set by compare.py"}.items():
         field = config
         for part in key.split("."):
@@ -290,6 +293,14 @@ def test_the_head_dim_is_reported_only_where_every_run_shares_it():
 
     assert runner.head_dim({"transformer": results(64, 4)}) == 16
     assert runner.head_dim({"transformer": results(64, 4), "rnn": results(64, 1)}) is None
+
+
+@pytest.mark.parametrize("preset", ["quick", "bidirectional"])
+def test_recall_quick_studies_pick_each_runs_learning_rate_on_half_the_schedule(preset):
+    study = catalog.get_study("recall", preset)
+    assert (len(study.runs), study.seeds) == (13, 3)
+    assert study.pick.field == "learning_rate" and study.pick.values == (1e-3, 3e-3, 1e-2)
+    assert study.pick.overrides["num_train_steps"] == _study_config(study).num_train_steps // 2
 
 
 def test_parts_cover_the_runs_once_in_about_equal_slices():
