@@ -322,10 +322,12 @@ def write_report(
     out_dir: str,
     head_dim: int | None = None,
     picks: dict[str, dict] | None = None,
+    notes: str = "",
 ) -> str:
     """Writes out_dir/report.md of `task` (tasks/interface.py), its PNG plots and results.json (every run's
     per-seed results, the numbers behind the tables); returns the report's path. `picks`: each run's
-    candidates where the study picks a field on validation (runner.pick_record)."""
+    candidates where the study picks a field on validation (runner.pick_record); `notes`: the study's own
+    text (grids.Study.notes), under the command."""
     os.makedirs(out_dir, exist_ok=True)
     body = task.report_sections(results, spectra, out_dir, head_dim)
     if picks:
@@ -335,7 +337,7 @@ def write_report(
     if os.path.exists(os.path.join(out_dir, plots.CURVES_PLOT)):  # compare.py draws it from metrics.jsonl
         body.append(f"## Validation curves\n\n![validation loss and {task.METRICS[0]} against step, mean over "
                     f"seeds]({plots.CURVES_PLOT})")
-    sections = [f"# {task.NAME} comparison, preset {preset}", f"Produced by\n\n```\n{command}\n```", *body]
+    sections = [f"# {task.NAME} comparison, preset {preset}", f"Produced by\n\n```\n{command}\n```", notes, *body]
     with open(os.path.join(out_dir, RESULTS_JSON), "w") as f:
         json.dump(results, f, indent=1)
     path = os.path.join(out_dir, "report.md")

@@ -148,7 +148,8 @@ def _write_report(task: str, preset: str, command: str, records: dict[str, dict]
         print("no periodic evaluation in these runs' metrics.jsonl: no curves.png", flush=True)
     spectra = {name: record["spectra"] for name, record in records.items() if record["spectra"]}
     picks = {name: record["pick"] for name, record in records.items() if record.get("pick")}
-    path = report.write_report(tasks.get(task), preset, command, results, spectra, out_dir, head_dim(results), picks)
+    path = report.write_report(tasks.get(task), preset, command, results, spectra, out_dir, head_dim(results), picks,
+                               get_study(task, preset).notes)
     print(f"\n{report.accuracy_table(tasks.get(task).METRICS, results)}\n\nreport: {path}", flush=True)
 
 
@@ -171,7 +172,8 @@ def rewrite_report(task: str, preset: str, reports_dir: str) -> str:
     if os.path.exists(os.path.join(out_dir, report.SPECTRA_PLOT)):
         raise StudyError(f"{out_dir} has no {RUNS_JSON}: its {report.SPECTRA_PLOT} needs the runs' spectra")
     results = read_json(os.path.join(out_dir, report.RESULTS_JSON))
-    return report.write_report(tasks.get(task), preset, command, results, {}, out_dir, head_dim(results))
+    return report.write_report(tasks.get(task), preset, command, results, {}, out_dir, head_dim(results),
+                               notes=get_study(task, preset).notes)
 
 
 def _picked(task: str, preset: str, study: Study, runs: list[Run], runs_dir: str, extra: list[str],

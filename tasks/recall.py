@@ -53,6 +53,7 @@ def check_config(config) -> None:
     choice("dataset.name", dataset.name, DATASETS)
     choice("dataset.form", dataset.form, recall.FORMS)
     choice("dataset.split", dataset.split, ("validation", "test"))
+    choice("dataset.random_non_queries", dataset.get("random_non_queries", True), (True, False))
     for field in ("vocab_size", "seq_len", "num_kv_pairs", "train_size", "validation_size", "test_size"):
         check_int(config, f"dataset.{field}", 1)
     try:
@@ -68,7 +69,8 @@ def check_config(config) -> None:
 def _generate(dataset, split: str) -> dict:
     return recall.generate(dataset[f"{split}_size"], vocab_size=dataset.vocab_size, seq_len=dataset.seq_len,
                            num_kv_pairs=dataset.num_kv_pairs, seed=[dataset.seed, _SPLITS.index(split)],
-                           form=dataset.form, power_a=dataset.power_a)
+                           form=dataset.form, power_a=dataset.power_a,
+                           random_non_queries=dataset.get("random_non_queries", True))  # older configs: True
 
 
 def prepare_data(config, workdir: str) -> RecallData:
@@ -138,7 +140,8 @@ def evaluate_model(config, workdir: str, model, data: RecallData, step: int) -> 
         "metrics": summarize(totals),
         "rank": attention_analysis(config, workdir, model, data),
         "state": evaluation.attention_state(model, dict.fromkeys(kinds, dataset.seq_len)),
-        NAME: {field: dataset[field] for field in ("form", "vocab_size", "seq_len", "num_kv_pairs")},
+        NAME: {**{field: dataset[field] for field in ("form", "vocab_size", "seq_len", "num_kv_pairs")},
+               "random_non_queries": dataset.get("random_non_queries", True)},
     })
 
 

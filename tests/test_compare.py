@@ -303,6 +303,17 @@ def test_recall_quick_studies_pick_each_runs_learning_rate_on_half_the_schedule(
     assert study.pick.overrides["num_train_steps"] == _study_config(study).num_train_steps // 2
 
 
+def test_recall_anchors_has_zoologys_arm_and_the_convolution_arm_and_lists_what_differs(tmp_path):
+    study = catalog.get_study("recall", "anchors")
+    arms = {run.name: run.overrides["model.conv_kernel"] for run in study.runs}
+    assert arms == {f"softmax_{arm}_N{n}": conv for arm, conv in (("zoology", 0), ("conv3", 3)) for n in (4, 8, 16)}
+    assert study.overrides["dataset.random_non_queries"] is False and study.overrides["model.dropout_rate"] == 0.1
+    assert len(study.pick.values) == 4 and study.seeds == 3
+    assert "Differences that remain" in study.notes
+    path = report.write_report(recall_task, "anchors", "cmd", RECALL_RESULTS, {}, str(tmp_path), notes=study.notes)
+    assert "Differences that remain" in open(path).read()
+
+
 def test_parts_cover_the_runs_once_in_about_equal_slices():
     study = catalog.get_study("recall", "full")
     parts = [runner.part_runs(study.runs, f"{k}/4") for k in (1, 2, 3, 4)]
