@@ -142,10 +142,13 @@ def _write_report(task: str, preset: str, command: str, records: dict[str, dict]
     """The report of the recorded runs (`recorded_runs`), curves.png from their periodic evaluations."""
     results = labelled_results(records)
     curves = {name: record["curves"] for name, record in records.items()}
-    if any(lines for seeds in curves.values() for lines in seeds):
-        plots.plot_validation_curves(curves, tasks.get(task).METRICS[0], os.path.join(out_dir, plots.CURVES_PLOT))
-    else:  # e.g. trained on the whole released SCAN files: no validation split, no curve
-        print("no periodic evaluation in these runs' metrics.jsonl: no curves.png", flush=True)
+    curves_path = os.path.join(out_dir, plots.CURVES_PLOT)
+    if any(len(lines) > 1 for seeds in curves.values() for lines in seeds):
+        plots.plot_validation_curves(curves, tasks.get(task).METRICS[0], curves_path)
+    else:  # one evaluation per run (or none: trained on the whole released SCAN files) draws no curve
+        print("at most one periodic evaluation per run in metrics.jsonl: no curves.png", flush=True)
+        if os.path.exists(curves_path):  # an earlier report's: the report must not link it
+            os.remove(curves_path)
     spectra = {name: record["spectra"] for name, record in records.items() if record["spectra"]}
     picks = {name: record["pick"] for name, record in records.items() if record.get("pick")}
     path = report.write_report(tasks.get(task), preset, command, results, spectra, out_dir, head_dim(results), picks,
