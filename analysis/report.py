@@ -208,9 +208,7 @@ def draw_baselines(ax, results: dict[str, list[dict]]) -> None:
     each labelled at the right edge."""
     baselines = next(iter(results.values()))[0].get("baselines", {})
     for name, accuracy in baselines.items():
-        ax.axhline(accuracy, color="0.55", linestyle=":", linewidth=1)
-        ax.annotate(name, (1.0, accuracy), xycoords=("axes fraction", "data"), xytext=(-2, 2),
-                    textcoords="offset points", fontsize=7, color="0.4", ha="right")
+        plots.reference_line(ax, accuracy, name)
 
 
 def plot_accuracy_vs_feature_dim(metrics: tuple[str, ...], results: dict[str, list[dict]], path: str) -> str:
@@ -237,6 +235,7 @@ def plot_accuracy_vs_feature_dim(metrics: tuple[str, ...], results: dict[str, li
     ax.set_xlabel("feature dim (rank bound)")
     ax.set_ylabel(metrics[0])
     plots.legend_outside(ax)
+    ax.set_title(plots.seeds_note([len(evals) for evals in results.values()], "error bars and bands"), fontsize=8)
     return plots.save_figure(fig, path)
 
 
@@ -244,16 +243,20 @@ def plot_accuracy_vs_effective_rank(metrics: tuple[str, ...], results: dict[str,
     """Headline metric against the mean effective rank of the reported role, one labelled point per run."""
     fig, ax = plt.subplots(figsize=(7.5, 4), layout="constrained")
     ax.set_prop_cycle(color=plots.COLORS)
+    points = []
     for name, evals in results.items():
         if not rank_rows(evals):
             continue
         mean, std = _headline(metrics, evals)
         effective_rank = _rank_mean(evals, "effective_rank")
         ax.errorbar(effective_rank, mean, yerr=std or 0.0, marker="o", capsize=3)
-        ax.annotate(name, (effective_rank, mean), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        points.append((effective_rank, mean, name))
+    if points:
+        plots.label_points(ax, points)
     draw_baselines(ax, results)
     ax.set_xlabel("effective rank (mean over layers, heads, seeds)")
     ax.set_ylabel(metrics[0])
+    ax.set_title(plots.seeds_note([len(evals) for evals in results.values()]), fontsize=8)
     return plots.save_figure(fig, path)
 
 

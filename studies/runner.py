@@ -175,8 +175,11 @@ def rewrite_report(task: str, preset: str, reports_dir: str) -> str:
     if os.path.exists(os.path.join(out_dir, report.SPECTRA_PLOT)):
         raise StudyError(f"{out_dir} has no {RUNS_JSON}: its {report.SPECTRA_PLOT} needs the runs' spectra")
     results = read_json(os.path.join(out_dir, report.RESULTS_JSON))
+    study = get_study(task, preset)
+    # A study's notes describe its runs: a report of runs it no longer has (renamed since) goes without them.
+    notes = study.notes if set(results) <= {run.name for run in study.runs} else ""
     return report.write_report(tasks.get(task), preset, command, results, {}, out_dir, head_dim(results),
-                               notes=get_study(task, preset).notes)
+                               notes=notes)
 
 
 def _picked(task: str, preset: str, study: Study, runs: list[Run], runs_dir: str, extra: list[str],

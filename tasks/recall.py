@@ -245,6 +245,16 @@ def _log2_x(ax, values) -> None:
     axis.set_minor_locator(ticker.NullLocator())
 
 
+def _seeds(results: dict[str, list[dict]]) -> list[int]:
+    return [len(evals) for evals in results.values()]
+
+
+def _draw_chance(ax, results: dict[str, list[dict]]) -> None:
+    """Chance: a value guessed among the V/2 value tokens."""
+    vocab_size = next(iter(results.values()))[0][NAME]["vocab_size"]
+    plots.reference_line(ax, 2 / vocab_size, f"chance (1/{vocab_size // 2})")
+
+
 def plot_accuracy_vs_pairs(results: dict[str, list[dict]], path: str) -> str:
     """Query accuracy against N, one line per series (kind and width), ± std over seeds."""
     fig, ax = plt.subplots(figsize=(7.5, 4), layout="constrained")
@@ -256,9 +266,11 @@ def plot_accuracy_vs_pairs(results: dict[str, list[dict]], path: str) -> str:
         all_pairs += pairs
         ax.errorbar(pairs, means, yerr=[s or 0.0 for s in stds], marker="o", capsize=3, label=series)
     _log2_x(ax, all_pairs)
+    _draw_chance(ax, results)
     ax.set_xlabel("key-value pairs N")
     ax.set_ylabel("query accuracy (test)")
     ax.set_ylim(-0.02, 1.02)
+    ax.set_title(plots.seeds_note(_seeds(results)), fontsize=8)
     plots.legend_outside(ax)
     return plots.save_figure(fig, path)
 
@@ -272,17 +284,22 @@ def plot_accuracy_vs_state(results: dict[str, list[dict]], path: str) -> str:
     kinds = list(dict.fromkeys(_state(evals)["kind"] for evals in results.values()))
     colors = dict(zip(kinds, plots.COLORS))
     for ax, n in zip(axes[0], pairs):
+        points = []
         for name, evals in results.items():
             if _pairs(evals) != n:
                 continue
             mean, std = stats.mean_std(_accuracies(evals))
             state = _state(evals)
-            ax.errorbar(state["per_head"], mean, yerr=std or 0.0, marker="o", capsize=3, color=colors[state["kind"]])
-            ax.annotate(series_name(name), (state["per_head"], mean), textcoords="offset points", xytext=(3, 3),
-                        fontsize=6)
+            ax.errorbar(state["per_head"], mean, yerr=std or 0.0, marker="o", capsize=3, color=colors[state["kind"]],
+                        alpha=0.85)
+            points.append((state["per_head"], mean, series_name(name)))
+        plots.label_points(ax, points, log_x=True)
+        _draw_chance(ax, results)
         plots.counts_log_x(ax)
+        ax.margins(x=0.12)
         ax.set_title(f"N = {n}", fontsize=9)
         ax.set_xlabel("state per head (numbers)")
+    fig.suptitle(plots.seeds_note(_seeds(results)), fontsize=8)
     axes[0][0].set_ylabel("query accuracy (test)")
     axes[0][0].set_ylim(-0.02, 1.05)
     handles = [plt.Line2D([], [], color=colors[kind], marker="o", linestyle="") for kind in kinds]
@@ -360,6 +377,7 @@ def plot_accuracy_vs_feature_dim(results: dict[str, list[dict]], path: str) -> s
         ax.set_xlabel("feature dim m")
     accuracy_ax.set_ylabel("query accuracy (test)")
     accuracy_ax.set_ylim(-0.02, 1.02)
+    _draw_chance(accuracy_ax, results)
     accuracy_ax.legend(fontsize=7, loc="lower right")
     plots.legend_outside(rank_axes[-1])
     return plots.save_figure(fig, path)

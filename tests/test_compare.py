@@ -9,10 +9,11 @@ import re
 import shutil
 
 import jax
+import matplotlib.pyplot as plt
 import pytest
 
 import attention
-from analysis import report
+from analysis import plots, report
 from configs import grids
 from scripts import compare
 from studies import catalog, jobs, runner
@@ -499,3 +500,32 @@ def test_write_report_for_recall_writes_its_tables_plots_and_results(tmp_path):
     without_sweep = {name: evals for name, evals in RECALL_RESULTS.items() if name != "linear_d4_N16"}
     text = open(report.write_report(recall_task, "quick", "cmd", without_sweep, {}, str(tmp_path / "other"))).read()
     assert recall_task.WIDTH_PLOT not in text and not (tmp_path / "other" / recall_task.WIDTH_PLOT).exists()
+
+
+def test_error_bars_say_what_they_are_and_labels_of_near_points_do_not_overlap():
+    assert plots.seeds_note([3, 3]) == "error bars: ± std over 3 seeds (ddof=1)"
+    assert plots.seeds_note([2, 3], "bands") == "bands: ± std over 2-3 seeds (ddof=1)"
+    assert plots.seeds_note([1]) == "one seed per run: no error bars"
+    fig, ax = plt.subplots()
+    plots.label_points(ax, [(8192, 1.0, "softmax"), (9792, 1.0, "taylor_d16"), (9792, 1.0, "exp_limit_d16"),
+                            (64, 0.1, "local")], log_x=True)
+    offsets = [text.xyann for text in ax.texts]
+    assert len(set(offsets)) == 4 and offsets[-1] == (5, 3)  # the three at one point on three lines
+    plt.close(fig)
+
+
+def test_recall_plots_draw_chance_and_a_rank_panel_per_layer(tmp_path):
+    figures = []
+    original = plt.close
+    try:
+        plt.close = lambda fig=None: figures.append(fig)
+        recall_task.plot_rank_vs_pairs(RECALL_RESULTS, str(tmp_path / "rank.png"))
+        recall_task.plot_accuracy_vs_pairs(RECALL_RESULTS, str(tmp_path / "pairs.png"))
+    finally:
+        plt.close = original
+    rank, pairs = figures
+    assert [ax.get_title() for ax in rank.axes] == ["layer 0", "layer 1"]
+    assert all(ax.get_ylim()[0] == 0 and ax.get_ylim()[1] >= 16 for ax in rank.axes)
+    assert any(text.get_text() == "chance (1/128)" for text in pairs.axes[0].texts)
+    for fig in figures:
+        original(fig)
