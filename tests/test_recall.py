@@ -264,7 +264,8 @@ def test_a_tiny_run_writes_the_recall_eval_json(trained):
     role = "decoder_self" if dataset.form == "causal" else "encoder_self"
     assert result["attention"] == {role: config.attention.name}
     assert set(result["metrics"]) == {"query_accuracy", "loss"} and result["num_examples"] == dataset.test_size
-    assert result["recall"] == {"form": dataset.form, "vocab_size": V, "seq_len": 16, "num_kv_pairs": 2}
+    assert result["recall"] == {"form": dataset.form, "vocab_size": V, "seq_len": 16, "num_kv_pairs": 2,
+                                "random_non_queries": True}
     state = result["state"][role]
     value_dim = model.d_model // model.num_heads
     if config.attention.name == "linear":  # m = d' = 8 features of values of width 16
