@@ -42,6 +42,49 @@ def legend_outside(ax) -> None:
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
 
 
+def reference_line(ax, value: float, label: str) -> None:
+    """A grey dotted level across the axes (chance, a baseline), labelled at the right edge."""
+    ax.axhline(value, color="0.55", linestyle=":", linewidth=1, zorder=0)
+    ax.annotate(label, (1.0, value), xycoords=("axes fraction", "data"), xytext=(-2, 2),
+                textcoords="offset points", fontsize=7, color="0.4", ha="right")
+
+
+def seeds_note(seed_counts, what: str = "error bars") -> str:
+    """What an error bar is: "error bars: ± std over 3 seeds (ddof=1)", "2-3 seeds" where runs differ;
+    a run of one seed has none."""
+    low, high = min(seed_counts), max(seed_counts)
+    if high == 1:
+        return f"one seed per run: no {what}"
+    return f"{what}: ± std over {low if low == high else f'{low}-{high}'} seeds (ddof=1)"
+
+
+LABEL_CHAR_WIDTH = 0.018  # a 6-point character, as a fraction of a panel about 3 inches wide
+
+
+def label_points(ax, points: list[tuple[float, float, str]], log_x: bool = False) -> None:
+    """Labels each (x, y, text) beside its point, right of it (left of it near the right edge); a label
+    that would overlap an earlier one (its span of the panel's width, a line of its height) moves down a
+    line, clear of its own marker."""
+    xs = [np.log10(x) if log_x else x for x, _, _ in points]
+    ys = [y for _, y, _ in points]
+    low_x, low_y = min(xs), min(ys)
+    span_x, span_y = (max(xs) - low_x) or 1.0, (max(ys) - low_y) or 1.0
+    placed = []  # (x from, x to, y) of each label, in fractions of the points' extent
+    for (x, y, text), fx, fy in sorted(zip(points, xs, ys), key=lambda item: (-item[2], item[1])):
+        fx, fy = (fx - low_x) / span_x, (fy - low_y) / span_y
+        width = LABEL_CHAR_WIDTH * len(text) + 0.04
+        right = fx > 0.75
+        span = (fx - width, fx) if right else (fx, fx + width)
+        line = 0
+        while any(a < span[1] and span[0] < b and abs(level - (fy - 0.07 * line)) < 0.06 for a, b, level in placed):
+            line += 1
+        placed.append((*span, fy - 0.07 * line))
+        # A label moved off its point keeps a thin line to it.
+        ax.annotate(text, (x, y), textcoords="offset points", xytext=(-5 if right else 5, 3 if line == 0 else -3 - 8 * line),
+                    ha="right" if right else "left", fontsize=6,
+                    arrowprops=dict(arrowstyle="-", color="0.65", linewidth=0.5, shrinkA=0, shrinkB=3) if line else None)
+
+
 def _tick_labels(tokens: list[str], size: int, role: str, axis: str) -> list[str] | None:
     if len(tokens) != size:
         raise ValueError(f"{role}: {len(tokens)} {axis} tokens for a matrix dimension of {size}")

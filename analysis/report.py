@@ -174,6 +174,20 @@ def role_rank_table(results: dict[str, list[dict]]) -> str:
     return "\n".join(lines)
 
 
+def layer_rank_table(results: dict[str, list[dict]]) -> str:
+    """Each layer's ranks of each run's reported role (see ROLES), means over heads, analysed examples and
+    seeds: every layer of every run, none chosen per run."""
+    lines = ["| run | kind | layer | numerical rank | effective rank | stable rank |", "|---|---|---:|---:|---:|---:|"]
+    for name, evals in results.items():
+        rows = rank_rows(evals)
+        for layer in sorted({row["layer"] for row in rows}):
+            mean = {field: float(np.mean([row[field] for row in rows if row["layer"] == layer]))
+                    for field in ("numerical_rank", "effective_rank", "stable_rank")}
+            lines.append(f"| {name} | {kind_of(evals)} | {layer} | {mean['numerical_rank']:.2f} | "
+                         f"{mean['effective_rank']:.2f} | {mean['stable_rank']:.2f} |")
+    return "\n".join(lines)
+
+
 def rank_note(results: dict[str, list[dict]], head_dim: int | None = None) -> str:
     """One paragraph of facts read off the rank table: bounds kept or broken, softmax against head_dim."""
     sentences = []
@@ -194,9 +208,7 @@ def draw_baselines(ax, results: dict[str, list[dict]]) -> None:
     each labelled at the right edge."""
     baselines = next(iter(results.values()))[0].get("baselines", {})
     for name, accuracy in baselines.items():
-        ax.axhline(accuracy, color="0.55", linestyle=":", linewidth=1)
-        ax.annotate(name, (1.0, accuracy), xycoords=("axes fraction", "data"), xytext=(-2, 2),
-                    textcoords="offset points", fontsize=7, color="0.4", ha="right")
+        plots.reference_line(ax, accuracy, name)
 
 
 def plot_accuracy_vs_feature_dim(metrics: tuple[str, ...], results: dict[str, list[dict]], path: str) -> str:
@@ -223,6 +235,7 @@ def plot_accuracy_vs_feature_dim(metrics: tuple[str, ...], results: dict[str, li
     ax.set_xlabel("feature dim (rank bound)")
     ax.set_ylabel(metrics[0])
     plots.legend_outside(ax)
+    ax.set_title(plots.seeds_note([len(evals) for evals in results.values()], "error bars and bands"), fontsize=8)
     return plots.save_figure(fig, path)
 
 
@@ -230,16 +243,20 @@ def plot_accuracy_vs_effective_rank(metrics: tuple[str, ...], results: dict[str,
     """Headline metric against the mean effective rank of the reported role, one labelled point per run."""
     fig, ax = plt.subplots(figsize=(7.5, 4), layout="constrained")
     ax.set_prop_cycle(color=plots.COLORS)
+    points = []
     for name, evals in results.items():
         if not rank_rows(evals):
             continue
         mean, std = _headline(metrics, evals)
         effective_rank = _rank_mean(evals, "effective_rank")
         ax.errorbar(effective_rank, mean, yerr=std or 0.0, marker="o", capsize=3)
-        ax.annotate(name, (effective_rank, mean), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        points.append((effective_rank, mean, name))
+    if points:
+        plots.label_points(ax, points)
     draw_baselines(ax, results)
     ax.set_xlabel("effective rank (mean over layers, heads, seeds)")
     ax.set_ylabel(metrics[0])
+    ax.set_title(plots.seeds_note([len(evals) for evals in results.values()]), fontsize=8)
     return plots.save_figure(fig, path)
 
 
@@ -288,6 +305,9 @@ def rank_study_sections(metrics: tuple[str, ...], results: dict[str, list[dict]]
         "of every matrix.",
         rank_table(results, head_dim),
         rank_note(results, head_dim),
+        "## Attention rank by layer\n\nThe reported role's ranks in each layer (the table above averages "
+        "them, the same for every run), means over heads, analysed examples and seeds.",
+        layer_rank_table(results),
         *(["## Attention rank by role\n\nEvery role of each run, means over layers, heads, analysed examples "
            "and seeds; a causal role has no bound (its triangular mask lifts it).", role_rank_table(results)]
           if any(len(evals[0]["attention"]) > 1 for evals in results.values()) else []),
@@ -305,10 +325,12 @@ def write_report(
     out_dir: str,
     head_dim: int | None = None,
     picks: dict[str, dict] | None = None,
+    notes: str = "",
 ) -> str:
     """Writes out_dir/report.md of `task` (tasks/interface.py), its PNG plots and results.json (every run's
     per-seed results, the numbers behind the tables); returns the report's path. `picks`: each run's
-    candidates where the study picks a field on validation (runner.pick_record)."""
+    candidates where the study picks a field on validation (runner.pick_record); `notes`: the study's own
+    text (grids.Study.notes), under the command."""
     os.makedirs(out_dir, exist_ok=True)
     body = task.report_sections(results, spectra, out_dir, head_dim)
     if picks:
@@ -318,7 +340,7 @@ def write_report(
     if os.path.exists(os.path.join(out_dir, plots.CURVES_PLOT)):  # compare.py draws it from metrics.jsonl
         body.append(f"## Validation curves\n\n![validation loss and {task.METRICS[0]} against step, mean over "
                     f"seeds]({plots.CURVES_PLOT})")
-    sections = [f"# {task.NAME} comparison, preset {preset}", f"Produced by\n\n```\n{command}\n```", *body]
+    sections = [f"# {task.NAME} comparison, preset {preset}", f"Produced by\n\n```\n{command}\n```", notes, *body]
     with open(os.path.join(out_dir, RESULTS_JSON), "w") as f:
         json.dump(results, f, indent=1)
     path = os.path.join(out_dir, "report.md")

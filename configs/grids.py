@@ -32,6 +32,7 @@ class Study:
     seeds: int  # each run trains with seeds 0 .. seeds - 1
     sweep: bool = False  # also a W&B sweep, sweeps/<task>-<preset>.yaml (python -m scripts.sweep --generate)
     pick: Pick | None = None  # a field each run chooses on validation first
+    notes: str = ""  # printed in the report under its command: what the study is, and is not, e.g. a paper's setup
 
 
 def kind_run(kind: str, name: str = "", **options) -> Run:

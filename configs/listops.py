@@ -95,7 +95,7 @@ def _runs(local_window: int) -> list[grids.Run]:
 
 
 def _study_quick() -> grids.Study:
-    """Expressions of 32-128 tokens (depth 6, 5 arguments): a CPU's budget."""
+    """Expressions of 32-128 tokens (depth 6, up to 10 arguments per operator): a CPU's budget."""
     return grids.Study("configs/listops.py:quick", {}, _runs(local_window=16), seeds=2)
 
 

@@ -8,8 +8,10 @@ Keys are N distinct tokens of [1, V/2), values N distinct tokens of [V/2, V). Ke
 in the query region, at offset 2 g_i, where the gaps g_1, g_2, ... are drawn one after another without
 replacement from [0, (seq_len - 2N) / 2) with P(g) proportional to (g + 1)^(a - 1) (a = `power_a`,
 0.01 in Zoology: a power law favouring queries soon after the context). Every other position of the
-query region holds a uniform random token of [0, V). This is Zoology's `multiquery_ar` generator with
-`random_non_queries`, in vectorised numpy; the distributions are the same, the random streams are not.
+query region holds a uniform random token of [0, V) (`random_non_queries`, Zoology's option of that name),
+or 0 without it (Zoology's Figure 2: the query region is zeros apart from the query keys). This is
+Zoology's `multiquery_ar` generator in vectorised numpy; the distributions are the same, the random streams
+are not.
 
 Two forms of the task, each scoring the N query answers only:
 - "causal": the model reads the sequence left to right and predicts v_i at the position of the second
@@ -93,14 +95,16 @@ def _gaps(rng: np.random.Generator, num_examples: int, num_gaps: int, count: int
     return np.argsort(-keys, axis=1)[:, :count]
 
 
-def _generate_chunk(rng, num_examples, vocab_size, seq_len, num_kv_pairs, power_a, form):
+def _generate_chunk(rng, num_examples, vocab_size, seq_len, num_kv_pairs, power_a, form, random_non_queries):
     half = vocab_size // 2
     keys = _distinct(rng, 1, half, (num_examples, num_kv_pairs))
     values = _distinct(rng, half, vocab_size, (num_examples, num_kv_pairs))
-    inputs = rng.integers(0, vocab_size, (num_examples, seq_len))
+    inputs = rng.integers(0, vocab_size, (num_examples, seq_len))  # drawn either way: the same keys and gaps
     inputs[:, 0 : 2 * num_kv_pairs : 2] = keys
     inputs[:, 1 : 2 * num_kv_pairs : 2] = values
     context = 2 * num_kv_pairs
+    if not random_non_queries:
+        inputs[:, context:] = 0
     query_positions = context + 2 * _gaps(rng, num_examples, (seq_len - context) // 2, num_kv_pairs, power_a)
     np.put_along_axis(inputs, query_positions, keys, axis=1)
     positions = query_positions
@@ -115,8 +119,9 @@ def _generate_chunk(rng, num_examples, vocab_size, seq_len, num_kv_pairs, power_
 
 
 def generate(num_examples: int, *, vocab_size: int, seq_len: int, num_kv_pairs: int, seed, form: str = "causal",
-             power_a: float = 0.01) -> dict[str, np.ndarray]:
-    """`num_examples` MQAR sequences, a function of the arguments (`seed`: an int or a sequence of ints).
+             power_a: float = 0.01, random_non_queries: bool = True) -> dict[str, np.ndarray]:
+    """`num_examples` MQAR sequences, a function of the arguments (`seed`: an int or a sequence of ints);
+    without `random_non_queries`, the same sequences with 0 wherever their query region holds no query.
 
     Returns int32 inputs [E, seq_len], and per prediction (N of them, in sequence order) int32 positions
     and targets and float32 weights (all 1) [E, N]: the layout of data.mlm.mask_tokens, so that the
@@ -128,6 +133,6 @@ def generate(num_examples: int, *, vocab_size: int, seq_len: int, num_kv_pairs: 
     check_power(power_a, seq_len, num_kv_pairs)
     rng = np.random.default_rng(seed)
     chunks = [_generate_chunk(rng, min(_CHUNK, num_examples - start), vocab_size, seq_len, num_kv_pairs,
-                              power_a, form)
+                              power_a, form, random_non_queries)
               for start in range(0, num_examples, _CHUNK)]
     return {name: np.concatenate([chunk[name] for chunk in chunks]) for name in chunks[0]}

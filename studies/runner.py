@@ -124,6 +124,8 @@ def labelled_results(records: dict[str, dict]) -> dict[str, list[dict]]:
 def head_dim(results: dict[str, list[dict]]) -> int | None:
     """The head dim of the runs' models, from the config each eval.json records; None where they differ
     (the Transformer beside the RNN: no one width to compare with)."""
+    if any("config" not in result for evals in results.values() for result in evals):
+        return None  # an eval.json of a task that does not record its config (recall's)
     dims = {result["config"]["model"]["d_model"] // result["config"]["model"]["num_heads"]
             for evals in results.values() for result in evals}
     return dims.pop() if len(dims) == 1 else None
@@ -140,14 +142,44 @@ def _write_report(task: str, preset: str, command: str, records: dict[str, dict]
     """The report of the recorded runs (`recorded_runs`), curves.png from their periodic evaluations."""
     results = labelled_results(records)
     curves = {name: record["curves"] for name, record in records.items()}
-    if any(lines for seeds in curves.values() for lines in seeds):
-        plots.plot_validation_curves(curves, tasks.get(task).METRICS[0], os.path.join(out_dir, plots.CURVES_PLOT))
-    else:  # e.g. trained on the whole released SCAN files: no validation split, no curve
-        print("no periodic evaluation in these runs' metrics.jsonl: no curves.png", flush=True)
+    curves_path = os.path.join(out_dir, plots.CURVES_PLOT)
+    if any(len(lines) > 1 for seeds in curves.values() for lines in seeds):
+        plots.plot_validation_curves(curves, tasks.get(task).METRICS[0], curves_path)
+    else:  # one evaluation per run (or none: trained on the whole released SCAN files) draws no curve
+        print("at most one periodic evaluation per run in metrics.jsonl: no curves.png", flush=True)
+        if os.path.exists(curves_path):  # an earlier report's: the report must not link it
+            os.remove(curves_path)
     spectra = {name: record["spectra"] for name, record in records.items() if record["spectra"]}
     picks = {name: record["pick"] for name, record in records.items() if record.get("pick")}
-    path = report.write_report(tasks.get(task), preset, command, results, spectra, out_dir, head_dim(results), picks)
+    path = report.write_report(tasks.get(task), preset, command, results, spectra, out_dir, head_dim(results), picks,
+                               get_study(task, preset).notes)
     print(f"\n{report.accuracy_table(tasks.get(task).METRICS, results)}\n\nreport: {path}", flush=True)
+
+
+def _recorded_command(out_dir: str) -> str:
+    """The command a report says produced it (its "Produced by" block)."""
+    with open(os.path.join(out_dir, "report.md")) as f:
+        text = f.read()
+    return text.split("```\n", 2)[1].strip()
+
+
+def rewrite_report(task: str, preset: str, reports_dir: str) -> str:
+    """Writes the report of (task, preset) again from what its directory records, training nothing: runs.json
+    where it exists (spectra, curves and picks too), else results.json (the runs' results only: a report
+    whose plots need the spectra cannot be rewritten from it). Keeps the command that produced it."""
+    out_dir = report_dir(reports_dir, task, preset)
+    command = _recorded_command(out_dir)
+    if os.path.exists(os.path.join(out_dir, RUNS_JSON)):
+        _write_report(task, preset, command, read_json(os.path.join(out_dir, RUNS_JSON)), out_dir)
+        return os.path.join(out_dir, "report.md")
+    if os.path.exists(os.path.join(out_dir, report.SPECTRA_PLOT)):
+        raise StudyError(f"{out_dir} has no {RUNS_JSON}: its {report.SPECTRA_PLOT} needs the runs' spectra")
+    results = read_json(os.path.join(out_dir, report.RESULTS_JSON))
+    study = get_study(task, preset)
+    # A study's notes describe its runs: a report of runs it no longer has (renamed since) goes without them.
+    notes = study.notes if set(results) <= {run.name for run in study.runs} else ""
+    return report.write_report(tasks.get(task), preset, command, results, {}, out_dir, head_dim(results),
+                               notes=notes)
 
 
 def _picked(task: str, preset: str, study: Study, runs: list[Run], runs_dir: str, extra: list[str],

@@ -53,6 +53,7 @@ def check_config(config) -> None:
     choice("dataset.name", dataset.name, DATASETS)
     choice("dataset.form", dataset.form, recall.FORMS)
     choice("dataset.split", dataset.split, ("validation", "test"))
+    choice("dataset.random_non_queries", dataset.get("random_non_queries", True), (True, False))
     for field in ("vocab_size", "seq_len", "num_kv_pairs", "train_size", "validation_size", "test_size"):
         check_int(config, f"dataset.{field}", 1)
     try:
@@ -68,7 +69,8 @@ def check_config(config) -> None:
 def _generate(dataset, split: str) -> dict:
     return recall.generate(dataset[f"{split}_size"], vocab_size=dataset.vocab_size, seq_len=dataset.seq_len,
                            num_kv_pairs=dataset.num_kv_pairs, seed=[dataset.seed, _SPLITS.index(split)],
-                           form=dataset.form, power_a=dataset.power_a)
+                           form=dataset.form, power_a=dataset.power_a,
+                           random_non_queries=dataset.get("random_non_queries", True))  # older configs: True
 
 
 def prepare_data(config, workdir: str) -> RecallData:
@@ -138,7 +140,8 @@ def evaluate_model(config, workdir: str, model, data: RecallData, step: int) -> 
         "metrics": summarize(totals),
         "rank": attention_analysis(config, workdir, model, data),
         "state": evaluation.attention_state(model, dict.fromkeys(kinds, dataset.seq_len)),
-        NAME: {field: dataset[field] for field in ("form", "vocab_size", "seq_len", "num_kv_pairs")},
+        NAME: {**{field: dataset[field] for field in ("form", "vocab_size", "seq_len", "num_kv_pairs")},
+               "random_non_queries": dataset.get("random_non_queries", True)},
     })
 
 
@@ -165,18 +168,15 @@ def _accuracies(evals: list[dict]) -> list[float]:
     return [result["metrics"]["query_accuracy"] for result in evals]
 
 
-def recall_layer(evals: list[dict]) -> tuple[int, dict]:
-    """(layer, its rank metrics averaged over heads and seeds) for the layer whose query rows have the
-    highest effective rank: the layer that points the queries at their keys."""
+def layer_ranks(evals: list[dict]) -> dict[int, dict]:
+    """Layer -> the rank metrics of its query rows, means over heads, examples and seeds."""
     by_layer = collections.defaultdict(list)
     for result in evals:
         for row in result["rank"]:
             by_layer[row["layer"]].append(row)
-    means = {layer: {metric: float(np.mean([row[metric] for row in rows]))
-                     for metric in ("numerical_rank", "effective_rank", "stable_rank")}
-             for layer, rows in by_layer.items()}
-    layer = max(means, key=lambda key: means[key]["effective_rank"])
-    return layer, means[layer]
+    return {layer: {metric: float(np.mean([row[metric] for row in rows]))
+                    for metric in ("numerical_rank", "effective_rank", "stable_rank")}
+            for layer, rows in sorted(by_layer.items())}
 
 
 def _dash_if_none(value) -> str:
@@ -203,19 +203,30 @@ def accuracy_table(results: dict[str, list[dict]]) -> str:
 
 
 def rank_table(results: dict[str, list[dict]]) -> str:
-    """Ranks of the attention rows at the N query positions ([N, L] per head and example) in each run's
-    recall layer: answering N queries takes N rows pointing at N different keys, rank N."""
-    lines = ["| run | kind | N | feature dim | recall layer | effective rank | numerical rank | stable rank | "
+    """Ranks of the attention rows at the N query positions ([N, L] per head and example), a row per run and
+    layer, every run's layers alike (no layer chosen per run): answering N queries takes N rows pointing at
+    N different keys, rank N."""
+    lines = ["| run | kind | N | feature dim | layer | effective rank | numerical rank | stable rank | "
              "effective / N |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, evals in results.items():
-        layer, ranks = recall_layer(evals)
         pairs = _pairs(evals)
-        lines.append(
-            f"| {name} | {_state(evals)['kind']} | {pairs} | {_dash_if_none(_state(evals)['feature_dim'])} | "
-            f"{layer} | {ranks['effective_rank']:.2f} | {ranks['numerical_rank']:.2f} | "
-            f"{ranks['stable_rank']:.2f} | {ranks['effective_rank'] / pairs:.2f} |")
+        for layer, ranks in layer_ranks(evals).items():
+            lines.append(
+                f"| {name} | {_state(evals)['kind']} | {pairs} | {_dash_if_none(_state(evals)['feature_dim'])} | "
+                f"{layer} | {ranks['effective_rank']:.2f} | {ranks['numerical_rank']:.2f} | "
+                f"{ranks['stable_rank']:.2f} | {ranks['effective_rank'] / pairs:.2f} |")
     return "\n".join(lines)
+
+
+def _layers(results: dict[str, list[dict]]) -> list[int]:
+    return sorted({layer for evals in results.values() for layer in layer_ranks(evals)})
+
+
+def _rank_axis(ax, top: float, layer: int) -> None:
+    """The whole rank axis, from 0 to the largest N (or rank) plotted."""
+    ax.set_ylim(0, 1.08 * top)
+    ax.set_ylabel(f"effective rank, query rows\n(layer {layer})")
 
 
 def _by_series(results: dict[str, list[dict]]) -> dict[str, list[tuple[str, list[dict]]]]:
@@ -234,6 +245,16 @@ def _log2_x(ax, values) -> None:
     axis.set_minor_locator(ticker.NullLocator())
 
 
+def _seeds(results: dict[str, list[dict]]) -> list[int]:
+    return [len(evals) for evals in results.values()]
+
+
+def _draw_chance(ax, results: dict[str, list[dict]]) -> None:
+    """Chance: a value guessed among the V/2 value tokens."""
+    vocab_size = next(iter(results.values()))[0][NAME]["vocab_size"]
+    plots.reference_line(ax, 2 / vocab_size, f"chance (1/{vocab_size // 2})")
+
+
 def plot_accuracy_vs_pairs(results: dict[str, list[dict]], path: str) -> str:
     """Query accuracy against N, one line per series (kind and width), ± std over seeds."""
     fig, ax = plt.subplots(figsize=(7.5, 4), layout="constrained")
@@ -245,9 +266,11 @@ def plot_accuracy_vs_pairs(results: dict[str, list[dict]], path: str) -> str:
         all_pairs += pairs
         ax.errorbar(pairs, means, yerr=[s or 0.0 for s in stds], marker="o", capsize=3, label=series)
     _log2_x(ax, all_pairs)
+    _draw_chance(ax, results)
     ax.set_xlabel("key-value pairs N")
     ax.set_ylabel("query accuracy (test)")
     ax.set_ylim(-0.02, 1.02)
+    ax.set_title(plots.seeds_note(_seeds(results)), fontsize=8)
     plots.legend_outside(ax)
     return plots.save_figure(fig, path)
 
@@ -261,17 +284,22 @@ def plot_accuracy_vs_state(results: dict[str, list[dict]], path: str) -> str:
     kinds = list(dict.fromkeys(_state(evals)["kind"] for evals in results.values()))
     colors = dict(zip(kinds, plots.COLORS))
     for ax, n in zip(axes[0], pairs):
+        points = []
         for name, evals in results.items():
             if _pairs(evals) != n:
                 continue
             mean, std = stats.mean_std(_accuracies(evals))
             state = _state(evals)
-            ax.errorbar(state["per_head"], mean, yerr=std or 0.0, marker="o", capsize=3, color=colors[state["kind"]])
-            ax.annotate(series_name(name), (state["per_head"], mean), textcoords="offset points", xytext=(3, 3),
-                        fontsize=6)
+            ax.errorbar(state["per_head"], mean, yerr=std or 0.0, marker="o", capsize=3, color=colors[state["kind"]],
+                        alpha=0.85)
+            points.append((state["per_head"], mean, series_name(name)))
+        plots.label_points(ax, points, log_x=True)
+        _draw_chance(ax, results)
         plots.counts_log_x(ax)
+        ax.margins(x=0.12)
         ax.set_title(f"N = {n}", fontsize=9)
         ax.set_xlabel("state per head (numbers)")
+    fig.suptitle(plots.seeds_note(_seeds(results)), fontsize=8)
     axes[0][0].set_ylabel("query accuracy (test)")
     axes[0][0].set_ylim(-0.02, 1.05)
     handles = [plt.Line2D([], [], color=colors[kind], marker="o", linestyle="") for kind in kinds]
@@ -279,22 +307,32 @@ def plot_accuracy_vs_state(results: dict[str, list[dict]], path: str) -> str:
     return plots.save_figure(fig, path)
 
 
+def _draw_rank_guide(ax, values) -> None:
+    """The rank N that pointing N queries at N keys takes: a wide grey band under the lines, so that a line
+    on it (softmax's) leaves it visible."""
+    values = sorted(set(values))
+    ax.plot(values, values, color="0.8", linewidth=7, solid_capstyle="round", zorder=0, label="rank N")
+
+
 def plot_rank_vs_pairs(results: dict[str, list[dict]], path: str) -> str:
-    """Effective rank of the recall layer's query rows against N, one line per series; the dotted diagonal
-    is the rank N that pointing N queries at N keys takes."""
-    fig, ax = plt.subplots(figsize=(7.5, 4), layout="constrained")
-    ax.set_prop_cycle(color=plots.COLORS)
-    all_pairs = []
-    for series, runs in _by_series(results).items():
-        points = sorted((_pairs(evals), recall_layer(evals)[1]["effective_rank"]) for _, evals in runs)
-        pairs, ranks = zip(*points)
-        all_pairs += pairs
-        ax.plot(pairs, ranks, marker="o", label=series)
-    ax.plot(sorted(set(all_pairs)), sorted(set(all_pairs)), color="gray", linestyle=":", label="rank N")
-    _log2_x(ax, all_pairs)
-    ax.set_xlabel("key-value pairs N")
-    ax.set_ylabel("effective rank, query rows")
-    plots.legend_outside(ax)
+    """Effective rank of the query rows against N, a panel per layer (every run's), a line per series; the
+    grey band is the rank N that pointing N queries at N keys takes."""
+    layers = _layers(results)
+    fig, axes = plt.subplots(1, len(layers), figsize=(4.2 * len(layers) + 2, 4), squeeze=False, sharey=True,
+                             layout="constrained")
+    all_pairs = [_pairs(evals) for evals in results.values()]
+    for ax, layer in zip(axes[0], layers):
+        ax.set_prop_cycle(color=plots.COLORS)
+        _draw_rank_guide(ax, all_pairs)
+        for series, runs in _by_series(results).items():
+            points = sorted((_pairs(evals), layer_ranks(evals)[layer]["effective_rank"]) for _, evals in runs
+                            if layer in layer_ranks(evals))
+            ax.plot(*zip(*points), marker="o", label=series)
+        _log2_x(ax, all_pairs)
+        ax.set_xlabel("key-value pairs N")
+        ax.set_title(f"layer {layer}", fontsize=9)
+        _rank_axis(ax, max(all_pairs), layer)
+    plots.legend_outside(axes[0][-1])
     return plots.save_figure(fig, path)
 
 
@@ -309,27 +347,39 @@ def width_sweeps(results: dict[str, list[dict]]) -> dict[tuple[str, int], list[l
 
 
 def plot_accuracy_vs_feature_dim(results: dict[str, list[dict]], path: str) -> str:
-    """For each width sweep (kind and N): query accuracy (left) and the effective rank of the query rows
-    (right) against the feature dim, a dotted line at each such N."""
-    groups = width_sweeps(results)
-    fig, (accuracy_ax, rank_ax) = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
-    accuracy_ax.set_prop_cycle(color=plots.COLORS)
-    rank_ax.set_prop_cycle(color=plots.COLORS)
+    """For each width sweep (kind and N): query accuracy (left, ± std over seeds) and the effective rank of
+    the query rows in each layer (a panel per layer) against the feature dim, a dotted line at each such N."""
+    groups, layers = width_sweeps(results), _layers(results)
+    fig, axes = plt.subplots(1, 1 + len(layers), figsize=(4.2 * (1 + len(layers)) + 2, 3.8), squeeze=False,
+                             layout="constrained")
+    accuracy_ax, *rank_axes = axes[0]
+    for ax in axes[0]:
+        ax.set_prop_cycle(color=plots.COLORS)
     for (kind, pairs), runs in groups.items():
-        points = sorted((_state(evals)["feature_dim"], *stats.mean_std(_accuracies(evals)),
-                         recall_layer(evals)[1]["effective_rank"]) for evals in runs)
-        dims, means, stds, ranks = zip(*points)
+        label = f"{kind}, N = {pairs}"
+        points = sorted((_state(evals)["feature_dim"], *stats.mean_std(_accuracies(evals))) for evals in runs)
+        dims, means, stds = zip(*points)
+        seeds = min(len(evals) for evals in runs)
         accuracy_ax.errorbar(dims, means, yerr=[s or 0.0 for s in stds], marker="o", capsize=3,
-                             label=f"{kind}, N = {pairs}")
-        rank_ax.plot(dims, ranks, marker="o", label=f"{kind}, N = {pairs}")
-    for pairs in {pairs for _, pairs in groups}:
-        rank_ax.axhline(pairs, color="gray", linestyle=":", linewidth=1)
-    for ax, label in ((accuracy_ax, "query accuracy (test)"), (rank_ax, "effective rank, query rows")):
+                             label=f"{label} (± std, {seeds} seeds)")
+        for ax, layer in zip(rank_axes, layers):
+            points = sorted((_state(evals)["feature_dim"], layer_ranks(evals)[layer]["effective_rank"])
+                            for evals in runs if layer in layer_ranks(evals))
+            ax.plot(*zip(*points), marker="o", label=label)
+    top = max([pairs for _, pairs in groups] + [1])
+    for ax, layer in zip(rank_axes, layers):
+        for pairs in {pairs for _, pairs in groups}:
+            ax.axhline(pairs, color="gray", linestyle=":", linewidth=1)
+        ax.set_title(f"layer {layer}", fontsize=9)
+        _rank_axis(ax, top, layer)
+    for ax in axes[0]:
         plots.counts_log_x(ax)
         ax.set_xlabel("feature dim m")
-        ax.set_ylabel(label)
+    accuracy_ax.set_ylabel("query accuracy (test)")
     accuracy_ax.set_ylim(-0.02, 1.02)
-    plots.legend_outside(rank_ax)
+    _draw_chance(accuracy_ax, results)
+    accuracy_ax.legend(fontsize=7, loc="lower right")
+    plots.legend_outside(rank_axes[-1])
     return plots.save_figure(fig, path)
 
 
@@ -353,9 +403,9 @@ def report_sections(results: dict[str, list[dict]], spectra: dict, out_dir: str,
         "validation, where the study picks one.",
         accuracy_table(results),
         "## Rank of the query rows\n\nThe attention rows at the N query positions of 16 test sequences, an "
-        "N x L matrix per head; means over examples, heads and seeds, in the layer whose rows have the "
-        "highest effective rank (\"recall layer\"). Answering N queries takes N rows pointing at N different "
-        "keys: effective rank near N.",
+        "N x L matrix per head; means over examples, heads and seeds, every layer of every run (no layer "
+        "chosen per run). Answering N queries takes N rows pointing at N different keys: effective rank "
+        "near N, in the layer that does the lookup.",
         rank_table(results),
         "## Plots",
         *(f"![{title}]({file})" for title, file, _ in images),

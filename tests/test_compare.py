@@ -9,10 +9,11 @@ import re
 import shutil
 
 import jax
+import matplotlib.pyplot as plt
 import pytest
 
 import attention
-from analysis import report
+from analysis import plots, report
 from configs import grids
 from scripts import compare
 from studies import catalog, jobs, runner
@@ -38,7 +39,9 @@ def _study_config(study: grids.Study):
 @pytest.mark.parametrize("task, preset", STUDY_KEYS)
 def test_every_run_is_a_valid_config_with_a_unique_name(task, preset):
     study = catalog.get_study(task, preset)
-    for run in study.runs:
+    # A pick's candidates (its values, on its schedule) are runs too: the first run's stand for the others.
+    candidates = runner.pick_candidates(study.pick, study.runs[0]) if study.pick else []
+    for run in study.runs + candidates:
         config = _study_config(study)
         for key, value in {**study.overrides, **run.overrides}.items():
             *sections, field = key.split(".")
@@ -55,7 +58,8 @@ def test_every_run_is_a_valid_config_with_a_unique_name(task, preset):
 def test_every_override_is_a_config_field_of_its_type(task, preset):
     study = catalog.get_study(task, preset)
     config = _study_config(study)
-    overrides = {**study.overrides, **{key: value for run in study.runs for key, value in run.overrides.items()}}
+    overrides = {**study.overrides, **{key: value for run in study.runs for key, value in run.overrides.items()},
+                 **({study.pick.field: study.pick.values[0], **study.pick.overrides} if study.pick else {})}
     for key, value in {**overrides, "wandb.group": "set by compare.py"}.items():
         field = config
         for part in key.split("."):
@@ -141,6 +145,25 @@ def test_rank_table_checks_bounds_and_head_dim():
         "| performer_m16 | performer | 64 | 16.00 | 18 | 8.00 | 1.50 | 16 | 3 / 8 | no |",
     ])
     assert "head dim" not in report.rank_table(RESULTS)
+
+
+def test_layer_rank_table_gives_every_layer_of_every_run():
+    # softmax's layer 0: ranks 40 and 42 over its seeds; the decoder_self row is not the reported role.
+    assert report.layer_rank_table(RESULTS).splitlines()[2:] == [
+        "| softmax | softmax | 0 | 41.00 | 20.50 | 1.50 |", "| softmax | softmax | 1 | 45.00 | 22.50 | 1.50 |",
+        "| linear | linear | 0 | 30.50 | 15.25 | 1.50 |", "| linear | linear | 1 | 31.50 | 15.75 | 1.50 |",
+        "| performer_m16 | performer | 0 | 15.00 | 7.50 | 1.50 |",
+        "| performer_m16 | performer | 1 | 17.00 | 8.50 | 1.50 |"]
+
+
+def test_rewrite_report_writes_a_recall_report_again_from_its_results(tmp_path):
+    out = tmp_path / "reports" / "recall" / "kinds"
+    report.write_report(recall_task, "kinds", "python -m scripts.compare --task=recall --preset=kinds",
+                        RECALL_RESULTS, {}, str(out))
+    (out / "report.md").write_text((out / "report.md").read_text().replace("| layer |", "| recall layer |"))
+    compare.main(["--task=recall", "--preset=kinds", "--rewrite_report", f"--reports_dir={tmp_path / 'reports'}"])
+    text = (out / "report.md").read_text()
+    assert "| layer |" in text and "python -m scripts.compare --task=recall --preset=kinds\n" in text
 
 
 def test_role_rank_table_lists_every_role_of_each_run(tmp_path):
@@ -275,6 +298,25 @@ def test_the_head_dim_is_reported_only_where_every_run_shares_it():
     assert runner.head_dim({"transformer": results(64, 4), "rnn": results(64, 1)}) is None
 
 
+@pytest.mark.parametrize("preset", ["quick", "bidirectional"])
+def test_recall_quick_studies_pick_each_runs_learning_rate_on_half_the_schedule(preset):
+    study = catalog.get_study("recall", preset)
+    assert (len(study.runs), study.seeds) == (13, 3)
+    assert study.pick.field == "learning_rate" and study.pick.values == (1e-3, 3e-3, 1e-2)
+    assert study.pick.overrides["num_train_steps"] == _study_config(study).num_train_steps // 2
+
+
+def test_recall_anchors_has_zoologys_arm_and_the_convolution_arm_and_lists_what_differs(tmp_path):
+    study = catalog.get_study("recall", "anchors")
+    arms = {run.name: run.overrides["model.conv_kernel"] for run in study.runs}
+    assert arms == {f"softmax_{arm}_N{n}": conv for arm, conv in (("zoology", 0), ("conv3", 3)) for n in (4, 8, 16)}
+    assert study.overrides["dataset.random_non_queries"] is False and study.overrides["model.dropout_rate"] == 0.1
+    assert len(study.pick.values) == 4 and study.seeds == 3
+    assert "Differences that remain" in study.notes
+    path = report.write_report(recall_task, "anchors", "cmd", RECALL_RESULTS, {}, str(tmp_path), notes=study.notes)
+    assert "Differences that remain" in open(path).read()
+
+
 def test_parts_cover_the_runs_once_in_about_equal_slices():
     study = catalog.get_study("recall", "full")
     parts = [runner.part_runs(study.runs, f"{k}/4") for k in (1, 2, 3, 4)]
@@ -386,14 +428,14 @@ RECALL_RESULTS = {
     "linear_d4_N16": [_recall_eval("linear", 16, 0.1, 4, 256, [4.0], 0.1)],  # a width sweep with d' = 16
     "softmax_N16": [_recall_eval("softmax", 16, 1.0, None, 8192, [16.0, 7.0], 1.0),
                     _recall_eval("softmax", 16, 0.98, None, 8192, [15.0, 8.0], 0.99)],
-    # Layer 1 recalls in one seed, layer 0 in the other: the recall layer is the one with the higher mean.
+    # Layer 1 recalls in one seed, layer 0 in the other: each layer's mean is reported, none chosen.
     "linear_d16_N16": [_recall_eval("linear", 16, 0.4, 16, 1024, [10.0, 6.0], 0.41),
                        _recall_eval("linear", 16, 0.5, 16, 1024, [4.0, 9.0], 0.52)],
     "linear_d16_N4": [_recall_eval("linear", 4, 0.9, 16, 1024, [3.0, 2.0], 0.9)],
 }
 
 
-def test_recall_tables_give_sizes_seeds_and_the_recall_layer():
+def test_recall_tables_give_sizes_seeds_and_every_layer():
     # softmax: std of (1.0, 0.98) = 0.0141; linear N16: std of (0.4, 0.5) = 0.0707; layer means 7 and 7.5.
     assert recall_task.accuracy_table(RECALL_RESULTS).splitlines()[3:] == [
         "| softmax_N16 | softmax | 16 | 64 | - | 8,192 | 2 | 0.9900 ± 0.0141 | 1.000, 0.980 | 0.9950 |  |",
@@ -402,8 +444,11 @@ def test_recall_tables_give_sizes_seeds_and_the_recall_layer():
     ]
     assert recall_task.rank_table(RECALL_RESULTS).splitlines()[3:] == [
         "| softmax_N16 | softmax | 16 | - | 0 | 15.50 | 16.50 | 1.50 | 0.97 |",
+        "| softmax_N16 | softmax | 16 | - | 1 | 7.50 | 8.50 | 1.50 | 0.47 |",
+        "| linear_d16_N16 | linear | 16 | 16 | 0 | 7.00 | 8.00 | 1.50 | 0.44 |",
         "| linear_d16_N16 | linear | 16 | 16 | 1 | 7.50 | 8.50 | 1.50 | 0.47 |",
         "| linear_d16_N4 | linear | 4 | 16 | 0 | 3.00 | 4.00 | 1.50 | 0.75 |",
+        "| linear_d16_N4 | linear | 4 | 16 | 1 | 2.00 | 3.00 | 1.50 | 0.50 |",
     ]
 
 
@@ -457,3 +502,32 @@ def test_write_report_for_recall_writes_its_tables_plots_and_results(tmp_path):
     without_sweep = {name: evals for name, evals in RECALL_RESULTS.items() if name != "linear_d4_N16"}
     text = open(report.write_report(recall_task, "quick", "cmd", without_sweep, {}, str(tmp_path / "other"))).read()
     assert recall_task.WIDTH_PLOT not in text and not (tmp_path / "other" / recall_task.WIDTH_PLOT).exists()
+
+
+def test_error_bars_say_what_they_are_and_labels_of_near_points_do_not_overlap():
+    assert plots.seeds_note([3, 3]) == "error bars: ± std over 3 seeds (ddof=1)"
+    assert plots.seeds_note([2, 3], "bands") == "bands: ± std over 2-3 seeds (ddof=1)"
+    assert plots.seeds_note([1]) == "one seed per run: no error bars"
+    fig, ax = plt.subplots()
+    plots.label_points(ax, [(8192, 1.0, "softmax"), (9792, 1.0, "taylor_d16"), (9792, 1.0, "exp_limit_d16"),
+                            (64, 0.1, "local")], log_x=True)
+    offsets = [text.xyann for text in ax.texts]
+    assert len(set(offsets)) == 4 and offsets[-1] == (5, 3)  # the three at one point on three lines
+    plt.close(fig)
+
+
+def test_recall_plots_draw_chance_and_a_rank_panel_per_layer(tmp_path):
+    figures = []
+    original = plt.close
+    try:
+        plt.close = lambda fig=None: figures.append(fig)
+        recall_task.plot_rank_vs_pairs(RECALL_RESULTS, str(tmp_path / "rank.png"))
+        recall_task.plot_accuracy_vs_pairs(RECALL_RESULTS, str(tmp_path / "pairs.png"))
+    finally:
+        plt.close = original
+    rank, pairs = figures
+    assert [ax.get_title() for ax in rank.axes] == ["layer 0", "layer 1"]
+    assert all(ax.get_ylim()[0] == 0 and ax.get_ylim()[1] >= 16 for ax in rank.axes)
+    assert any(text.get_text() == "chance (1/128)" for text in pairs.axes[0].texts)
+    for fig in figures:
+        original(fig)

@@ -113,11 +113,13 @@ _RANK_ROW = {"role": "encoder_self", "layer": 0, "head": 0, "seq_len": 128, "num
              "effective_rank": 20.0, "stable_rank": 3.0, "rank_bound": None}
 
 
-def _fake_train(command, workdir, env):
-    """Stands in for jobs.train: an MLM run of 20 steps without attention analysis."""
+def _fake_train(command, workdir, env, evals=2):
+    """Stands in for jobs.train: an MLM run of 20 steps without attention analysis, with `evals` periodic
+    evaluations (the last at step 10 when there is one)."""
     kind = next(arg.split("=")[1] for arg in command if arg.startswith("--config.attention.name="))
     _write_metrics(workdir, [(20, "train", {"masked_accuracy": 0.2, "loss": 3.0, "perplexity": 20.0}),
-                             (20, "eval", {"masked_accuracy": 0.3, "loss": 2.5, "perplexity": 12.2})])
+                             (10, "eval", {"masked_accuracy": 0.2, "loss": 2.9, "perplexity": 18.2}),
+                             (20, "eval", {"masked_accuracy": 0.3, "loss": 2.5, "perplexity": 12.2})][:evals + 1])
     for name, content in (("config.json", {"num_train_steps": 20, "model": {"d_model": 64, "num_heads": 2}}),
                           ("eval.json", {"step": 20, "attention": {"encoder_self": kind}, "rank": [_RANK_ROW],
                                          "config": {"seed": 0, "model": {"d_model": 64, "num_heads": 2}},
@@ -133,6 +135,16 @@ def test_compare_writes_the_overlay_into_the_report_directory(tmp_path, monkeypa
                   f"--runs_dir={tmp_path / 'runs'}", f"--reports_dir={tmp_path / 'reports'}"])
     with open(tmp_path / "reports" / "mlm" / plots.CURVES_PLOT, "rb") as f:
         assert f.read(8) == PNG_SIGNATURE
+    assert "## Validation curves" in (tmp_path / "reports" / "mlm" / "report.md").read_text()
+
+
+def test_one_evaluation_per_run_draws_no_curves_and_the_report_links_none(tmp_path, monkeypatch):
+    test_compare_writes_the_overlay_into_the_report_directory(tmp_path, monkeypatch)  # an earlier curves.png
+    monkeypatch.setattr(jobs, "train", lambda command, workdir, env: _fake_train(command, workdir, env, evals=1))
+    compare.main(["--task=mlm", "--only=softmax,linear", "--seeds=1", "--jobs=1",
+                  f"--runs_dir={tmp_path / 'runs2'}", f"--reports_dir={tmp_path / 'reports'}"])
+    assert not (tmp_path / "reports" / "mlm" / plots.CURVES_PLOT).exists()
+    assert "curves" not in (tmp_path / "reports" / "mlm" / "report.md").read_text()
 
 
 @pytest.mark.parametrize("draw", [True, False])

@@ -62,6 +62,26 @@ def test_every_key_is_queried_once_and_scored_with_its_own_value(form):
     assert (data["weights"] == 1).all()
 
 
+@pytest.mark.parametrize("form", recall.FORMS)
+def test_without_random_non_queries_the_query_region_is_zeros_but_its_queries(form):
+    """Zoology's Figure 2 data: the same sequences (keys, values, gaps) with 0 for every query-region
+    token that is no query key ([MASK] in the bidirectional form)."""
+    filled = _generate(form)
+    zeros = recall.generate(500, vocab_size=V, seq_len=L, num_kv_pairs=N, seed=0, form=form, random_non_queries=False)
+    for name in ("positions", "targets", "weights"):
+        np.testing.assert_array_equal(zeros[name], filled[name])
+    region = zeros["inputs"][:, 2 * N:]
+    np.testing.assert_array_equal(zeros["inputs"][:, :2 * N], filled["inputs"][:, :2 * N])
+    kept = region != 0  # the query keys, and [MASK] after each in the bidirectional form
+    np.testing.assert_array_equal(region[kept], filled["inputs"][:, 2 * N:][kept])
+    assert kept.sum(axis=1).tolist() == [N * (1 + (form == "bidirectional"))] * 500
+    assert (filled["inputs"][:, 2 * N:] != 0).sum() > 2 * kept.sum()  # the default fills it with random tokens
+    config = recall_config.get_config("tiny")
+    config.dataset.random_non_queries = False
+    assert (recall_task.prepare_data(config, "").train["inputs"][:, 2 * config.dataset.num_kv_pairs:] != 0).sum(
+        axis=1).max() == config.dataset.num_kv_pairs
+
+
 def test_no_answer_reaches_the_input():
     causal, bidirectional = _generate("causal"), _generate("bidirectional")
     mask = recall.mask_id(V)
@@ -244,7 +264,8 @@ def test_a_tiny_run_writes_the_recall_eval_json(trained):
     role = "decoder_self" if dataset.form == "causal" else "encoder_self"
     assert result["attention"] == {role: config.attention.name}
     assert set(result["metrics"]) == {"query_accuracy", "loss"} and result["num_examples"] == dataset.test_size
-    assert result["recall"] == {"form": dataset.form, "vocab_size": V, "seq_len": 16, "num_kv_pairs": 2}
+    assert result["recall"] == {"form": dataset.form, "vocab_size": V, "seq_len": 16, "num_kv_pairs": 2,
+                                "random_non_queries": True}
     state = result["state"][role]
     value_dim = model.d_model // model.num_heads
     if config.attention.name == "linear":  # m = d' = 8 features of values of width 16

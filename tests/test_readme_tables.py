@@ -1,0 +1,308 @@
+"""The results tables of README.md and docs/*.md held to the reports they quote: every cell of a quoted table
+equals its report's, read from the report.md table it copies or computed from the study's results.json where
+the README derives it (percentages, runs side by side). QUOTES maps each such table to its source; a table
+that quotes nothing is named in NOT_QUOTED, so that a new results table cannot go unchecked."""
+import dataclasses
+import json
+import os
+import re
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from analysis import stats
+from tasks import recall
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOCS = ("README.md", "docs/benchmarks.md", "docs/design.md")
+
+
+@dataclasses.dataclass
+class Table:
+    line: int  # 1-based, the header's
+    header: tuple[str, ...]
+    rows: list[tuple[str, ...]]
+
+
+def _cells(line: str) -> tuple[str, ...]:
+    return tuple(cell.strip().replace("**", "") for cell in line.strip().strip("|").split("|"))
+
+
+def parse_tables(text: str) -> list[Table]:
+    """Every markdown table of `text`: its header and body rows (cells stripped, bold marks dropped)."""
+    tables, block = [], []
+    for number, line in enumerate(text.splitlines() + [""], start=1):
+        if line.startswith("|"):
+            block.append((number, line))
+            continue
+        if len(block) >= 2:
+            tables.append(Table(block[0][0], _cells(block[0][1]), [_cells(row) for _, row in block[2:]]))
+        block = []
+    return tables
+
+
+# --- sources: a report.md table, or cells computed from results.json -----------------------------------------
+
+
+def _read(path: str) -> str:
+    with open(os.path.join(ROOT, path)) as f:
+        return f.read()
+
+
+def _results(report_dir: str) -> dict[str, list[dict]]:
+    return json.loads(_read(os.path.join(report_dir, "results.json")))
+
+
+Row = dict[str, str]  # a doc table's row: header -> cell
+Expected = Callable[[str, Row], Row]  # (source, the doc's row) -> the cells it must hold
+
+
+def copied(key_columns: int = 1, columns: dict | None = None, rows: dict | None = None) -> Expected:
+    """The row of the source report.md's table (the one whose header holds the doc's columns) with the same
+    first `key_columns` cells (renamed by `rows`), its columns named as the doc's (renamed by `columns`)."""
+    columns, rows = columns or {}, rows or {}
+
+    def expected(source: str, row: Row) -> Row:
+        names = [columns.get(name, name) for name in row]
+        (table,) = [table for table in parse_tables(_read(source)) if set(names) <= set(table.header)]
+        key = tuple(row.values())[:key_columns]
+        key = rows.get(key[0], key[0]) if key_columns == 1 else key
+        matches = [dict(zip(table.header, cells)) for cells in table.rows
+                   if (cells[0] if key_columns == 1 else cells[:key_columns]) == key]
+        if not matches:
+            return {name: "(no such row in the report)" for name in row}
+        cells = {name: matches[0][columns.get(name, name)] for name in row}
+        return {**cells, **dict(zip(row, tuple(row.values())[:key_columns]))}  # renamed labels stand
+    return expected
+
+
+def _mean_std(values: list[float], scale: float, digits: int) -> str:
+    mean, std = stats.mean_std(values)
+    return f"{scale * mean:.{digits}f} ± " + ("-" if std is None else f"{scale * std:.{digits}f}")
+
+
+def _accuracy(evals: list[dict], metric: str, scale: float = 100.0, digits: int = 2) -> str:
+    return _mean_std([result["metrics"][metric] for result in evals], scale, digits)
+
+
+def _recall_run(results: dict, row: Row, pairs: int = 16) -> str | None:
+    """The recall run of a doc row at N = `pairs`: its kind (the first word of the kind or attention cell;
+    "elu" is linear) and d' (its own column, "d' = 16" in the label, else the head's 64); None if not run."""
+    label = row.get("kind", row.get("attention", ""))
+    kind = {"elu": "linear"}.get(label.split()[0].lower(), label.split()[0].lower())
+    width = row.get("d'") or (re.search(r"d' = (\d+)", label) or [None, "64"])[1]
+    runs = [name for name, evals in results.items()
+            if re.fullmatch(rf"{kind}(_d\d+)?(_[mw]\d+)?_N{pairs}", name)
+            and str(recall._state(evals)["key_dim"]) == width]
+    assert len(runs) <= 1, f"{label}: several runs {runs}"
+    return runs[0] if runs else None
+
+
+def _recall_cells(evals: list[dict]) -> Row:
+    state = recall._state(evals)
+    ranks = recall.layer_ranks(evals)
+    return {"feature dim m": "-" if state["feature_dim"] is None else str(state["feature_dim"]),
+            "m": "-" if state["feature_dim"] is None else str(state["feature_dim"]),
+            "state / head": f"{state['per_head']:,}", "state per head": f"{state['per_head']:,}",
+            "query accuracy": _accuracy(evals, "query_accuracy"),
+            **{f"effective rank, layer {layer}": f"{metrics['effective_rank']:.2f}"
+               for layer, metrics in ranks.items()}}
+
+
+def recall_headline(source: str, row: Row) -> Row:
+    """The main result's table: README's labels ("elu + 1, d' = 4"), accuracies as fractions."""
+    results = _results(source)
+    evals = results[_recall_run(results, row)]
+    return {**_recall_cells(evals), "query accuracy (test, mean ± std)": _accuracy(evals, "query_accuracy", 1.0, 4)}
+
+
+def recall_runs(source: str, row: Row) -> Row:
+    """A row per run at N = 16, or a row per series with a column per N ("N = 4"), or the bidirectional
+    table's last columns ("numerical / effective rank at N = 16, layer 0"): every layer, none chosen per run."""
+    results = _results(source)
+    cells = {}
+    for name in row:
+        pairs = re.fullmatch(r"N = (\d+)", name)
+        if pairs:
+            run = _recall_run(results, row, int(pairs.group(1)))
+            cells[name] = _accuracy(results[run], "query_accuracy") if run else ""
+    run = _recall_run(results, row)
+    if run:
+        cells = {**_recall_cells(results[run]), **cells}
+        for layer, metrics in recall.layer_ranks(results[run]).items():
+            cells[f"numerical / effective rank at N = 16, layer {layer}"] = (
+                f"{metrics['numerical_rank']:.2f} / {metrics['effective_rank']:.2f}")
+    return cells
+
+
+def _role_mean(evals: list[dict], role: str, field: str) -> float:
+    return float(np.mean([row[field] for result in evals for row in result["rank"] if row["role"] == role]))
+
+
+def translation_forms(source: str, row: Row) -> Row:
+    """A model and form per row ("rnn_dynamic (Luong multiplicative)"), its runs on simple and length."""
+    results = _results(source)
+    run = row["run"].split()[0]
+    length = results[f"{run}_length"]
+    return {"run": row["run"],
+            "simple": _accuracy(results[f"{run}_simple"], "exact_match") + "%",
+            "length": _accuracy(length, "exact_match") + "%",
+            "length: token accuracy": f"{100 * np.mean([r['metrics']['token_accuracy'] for r in length]):.1f}%",
+            "length: effective rank of the cross-attention": f"{_role_mean(length, 'cross', 'effective_rank'):.2f}"}
+
+
+def listops_runs(source: str, row: Row) -> Row:
+    """The report's columns and, from results.json, each seed's accuracy in percent and the pooling head."""
+    evals = _results(source)[row["run"]]
+    return {**copied()(os.path.join(source, "report.md"), {k: v for k, v in row.items()
+                                                            if k not in ("pooling", "per seed")}),
+            "pooling": evals[0]["pooling"],
+            "per seed": ", ".join(f"{100 * result['metrics']['accuracy']:.2f}" for result in evals)}
+
+
+def kernel_errors(source: str, row: Row) -> Row:
+    """A kernel ("performer, orthogonal", "taylor p = 2") at a feature dim: its mean relative error at
+    each norm."""
+    family, _, order = row["kernel"].replace(", ", "_").partition(" ")
+    points = [point for point in json.loads(_read(source))["kernels"]
+              if point["kernel"] == family and point["feature_dim"] == int(row["feature dim"].replace(",", ""))
+              and (not order or point["order"] == int(order.split()[-1]))]
+    return {"feature dim": row["feature dim"] if points else "(no such kernel)",
+            **{f"norm {point['norm']:g}": f"{point['relative_error']:.2e}" for point in points}}
+
+
+def prefetch_ratio(source: str, row: Row) -> Row:
+    """A config's host and prefetch rows of the report side by side, and their ratio."""
+    (table,) = parse_tables(_read(source))
+    ms = {cells[1]: cells[2] for cells in table.rows if cells[0] == row["config"]}
+    return {"host ms/step": ms["host"], "prefetch ms/step": ms["prefetch"],
+            "prefetch / host": f"{float(ms['prefetch']) / float(ms['host']):.2f}"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Quote:
+    doc: str
+    header: tuple[str, ...]  # the doc table's header ...
+    after: str  # ... the first such table after this text in the doc
+    source: str  # the report.md it copies, or the report directory whose results.json it derives from
+    expected: Expected
+    key_columns: int = 1  # the cells that name a row, in messages
+
+
+_RUN_ACCURACY = ("run", "kind", "feature dim", "seeds", "exact_match (mean ± std)", "token_accuracy", "bleu", "loss")
+_KIND_STATE = ("kind", "d'", "feature dim m", "state / head")
+QUOTES = [
+    Quote("README.md", ("attention", "feature dim m", "state per head", "query accuracy (test, mean ± std)"),
+          "## The main result", "reports/recall", recall_headline),
+    Quote("README.md", _RUN_ACCURACY, "reports/translation/default/report.md", "reports/translation/default/report.md",
+          copied()),
+    Quote("README.md", ("run", "role", "kind", "seq len", "numerical rank", "effective rank", "stable rank",
+                        "rank bound"), "reports/translation/default/report.md",
+          "reports/translation/default/report.md", copied(2), 2),
+    Quote("README.md", _RUN_ACCURACY, "reports/translation/kinds/report.md", "reports/translation/kinds/report.md",
+          copied()),
+    Quote("README.md", _RUN_ACCURACY, "reports/translation/splits/report.md", "reports/translation/splits/report.md",
+          copied()),
+    Quote("README.md", ("run", "simple", "length", "length: token accuracy",
+                        "length: effective rank of the cross-attention"),
+          "reports/translation/forms/report.md", "reports/translation/forms", translation_forms),
+    Quote("README.md", ("run", "kind", "feature dim", "seeds", "masked_accuracy (mean ± std)", "loss", "perplexity"),
+          "reports/mlm/report.md", "reports/mlm/report.md", copied()),
+    Quote("README.md", ("run", "kind", "seq len", "numerical rank", "max numerical rank", "effective rank",
+                        "stable rank", "rank bound", "matrices over bound", "mean > head dim (32)"),
+          "reports/mlm/report.md", "reports/mlm/report.md", copied()),
+    Quote("README.md", (*_KIND_STATE, "N = 4", "N = 8", "N = 16"), "### Associative recall", "reports/recall",
+          recall_runs),
+    Quote("README.md", (*_KIND_STATE, "query accuracy", "effective rank, layer 0", "effective rank, layer 1"),
+          "### Associative recall",
+          "reports/recall", recall_runs, 2),
+    Quote("README.md", ("kind", "d'", "m", "N = 4", "N = 8", "N = 16", "numerical / effective rank at N = 16, layer 0",
+                        "numerical / effective rank at N = 16, layer 1"),
+          "reports/recall/bidirectional/report.md", "reports/recall/bidirectional", recall_runs, 2),
+    Quote("README.md", ("kind", "m", "state / head", "query accuracy", "effective rank, layer 0",
+                        "effective rank, layer 1"),
+          "reports/recall/kinds/report.md", "reports/recall/kinds", recall_runs),
+    Quote("README.md", ("run", "kind", "pooling", "seeds", "accuracy (mean ± std)", "per seed", "loss"),
+          "reports/listops/report.md", "reports/listops", listops_runs),
+    Quote("README.md", ("estimator", "width w", "test MSE"), "reports/nadaraya_watson/report.md",
+          "reports/nadaraya_watson/report.md",
+          copied(rows={"fixed kernel": "fixed width", "learned kernel": "learned width"})),
+    Quote("README.md", ("d", "row entropy, q.k", "row entropy, q.k / sqrt(d)", "Jacobian median, q.k",
+                        "Jacobian median, q.k / sqrt(d)"), "reports/attention_scale/report.md",
+          "reports/attention_scale/report.md",
+          copied(rows={"1,024": "1024"}, columns={"row entropy, q.k": "entropy, q.k",
+                                                  "row entropy, q.k / sqrt(d)": "entropy, scaled",
+                                                  "Jacobian median, q.k / sqrt(d)": "Jacobian median, scaled"})),
+    Quote("README.md", ("kernel", "feature dim", "norm 1", "norm 2", "norm 4", "norm 8"),
+          "reports/kernel_approx/kernel_approx.json", "reports/kernel_approx/kernel_approx.json", kernel_errors, 2),
+    Quote("docs/benchmarks.md", ("config", "ms/step", "x first", "tokens/s", "GFLOP/step", "GFLOP/s", "of matmul"),
+          "reports/bench/train.{json,md}", "reports/bench/train.md", copied()),
+    Quote("docs/benchmarks.md", ("L", "softmax ms/token", "linear ms/token", "performer ms/token",
+                                 "softmax tokens/s", "linear tokens/s", "performer tokens/s"),
+          "reports/bench/decode.{json,md,png}", "reports/bench/decode.md", copied()),
+    Quote("docs/benchmarks.md", ("L", "matrices", "old, full (s)", "old, extrapolated (s)", "new (s)", "old/new"),
+          "reports/bench/rank.{json,md}", "reports/bench/rank.md", copied()),
+    Quote("docs/benchmarks.md", ("config", "host ms/step", "prefetch ms/step", "prefetch / host"),
+          "reports/bench/input_pipeline/train.{json,md}", "reports/bench/input_pipeline/train.md",
+          lambda source, row: prefetch_ratio(source, row)),
+]
+
+# Tables that quote no report: settings, layouts, data sizes, and benchmark tables rearranged from their
+# JSON per mode (docs/benchmarks.md, named in the text), which their reports list in another shape.
+NOT_QUOTED = {
+    "README.md": {"command", "file", "field", "split", "kind", "option", "head"},
+    "docs/benchmarks.md": {"mode", "L"},
+    "docs/design.md": {"folder", "task", "argument", "file"},
+}
+
+
+LABELS = ("kind", "attention", "run", "d'", "kernel", "config")  # cells that name a row of a derived table, as the doc words it
+
+
+def find_table(quote: Quote, text: str | None = None) -> Table:
+    text = _read(quote.doc) if text is None else text
+    start = text.index(quote.after)
+    after_line = text[:start].count("\n") + 1
+    return next(table for table in parse_tables(text) if table.header == quote.header and table.line > after_line)
+
+
+def mismatches(quote: Quote, text: str | None = None) -> list[str]:
+    """'line: row, column: doc cell != report cell' for every cell of the quoted table that differs."""
+    table = find_table(quote, text)
+    out = []
+    for number, cells in enumerate(table.rows, start=table.line + 2):
+        row = dict(zip(table.header, cells))
+        expected = quote.expected(quote.source, row)
+        key = ", ".join(cells[:quote.key_columns])
+        out += [f"{quote.doc}:{number} {key}, {name}: {value!r} != {expected.get(name, '(not checked)')!r} "
+                f"({quote.source})" for name, value in row.items()
+                if name not in LABELS and value != expected.get(name, "(not checked)")]
+    return out
+
+
+@pytest.mark.parametrize("quote", QUOTES, ids=lambda quote: f"{quote.doc}:{quote.source}:{quote.header[1]}")
+def test_quoted_table_equals_its_report(quote):
+    assert mismatches(quote) == []
+
+
+def test_every_results_table_is_quoted_or_named():
+    quoted = {(quote.doc, find_table(quote).line) for quote in QUOTES}
+    unnamed = [f"{doc}:{table.line} {table.header}" for doc in DOCS for table in parse_tables(_read(doc))
+               if (doc, table.line) not in quoted and table.header[0] not in NOT_QUOTED[doc]]
+    assert unnamed == []
+
+
+def test_a_changed_cell_fails():
+    """The checker itself, on a copy of the README with one cell of a derived table and one of a copied
+    table changed."""
+    text = _read("README.md")
+    quotes = {quote.source: quote for quote in QUOTES}
+    for quote, old, new in ((quotes["reports/recall/kinds"], "| 0.77 ± 0.04 | 12.40 |", "| 0.77 ± 0.04 | 12.82 |"),
+                            (quotes["reports/translation/splits/report.md"], "| 0.0030 ± 0.0011 |",
+                             "| 0.0031 ± 0.0011 |")):
+        assert mismatches(quote, text) == []
+        changed = text.replace(old, new, 1)
+        assert changed != text
+        (message,) = mismatches(quote, changed)
+        assert f"'{new.split(' | ')[-1].strip('| ')}' != " in message
