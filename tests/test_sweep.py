@@ -157,7 +157,8 @@ def test_an_agents_run_keeps_its_id_groups_by_sweep_and_refuses_another_runs_wor
     monkeypatch.setenv(metrics.RUN_ID_VAR, "run0001")
     monkeypatch.setenv(metrics.SWEEP_ID_VAR, "sweep01")
     # W&B reads these variables once per process, at its first run: one that an earlier test in this worker
-    # started (tests/test_wandb.py) would keep them from reaching this one.
+    # started (tests/test_wandb.py) would keep them from reaching this one, and this one's sweep, once
+    # torn down no more, would reach a later test's run (its keys then never reach its file).
     wandb.teardown()
     config = tiny_config()
     writer = loop._metrics_writer(tasks.get(config.task), config, str(tmp_path), 0)
@@ -167,6 +168,7 @@ def test_an_agents_run_keeps_its_id_groups_by_sweep_and_refuses_another_runs_wor
         assert writer.run.config["attention"]["name"] == "softmax" and writer.run.config["seed"] == 0
     finally:
         writer.close()
+        wandb.teardown()
     assert (tmp_path / "wandb_id.txt").read_text() == "run0001"
     monkeypatch.setenv(metrics.RUN_ID_VAR, "run0002")
     with pytest.raises(ValueError, match="holds W&B run run0001, but \\$WANDB_RUN_ID is run0002"):

@@ -118,12 +118,12 @@ class MetricsWriter:
         """`kinds`: the attention kinds of the run's model, its W&B tags with the task."""
         self.path = os.path.join(workdir, METRICS_FILE)
         self._truncate_after(workdir, resume_step)
+        self.run = self._start_wandb(workdir, config, kinds) if wandb_mode(config) != "disabled" else None
         # A new event file per start; TensorBoard hides what earlier files hold from purge_step on, as
         # _truncate_after drops those lines. The suffix keeps two starts within a second (the file's name is
         # the second it opened) from overwriting one another.
         self.events = tensorboardX.SummaryWriter(workdir, purge_step=resume_step + 1,
                                                  filename_suffix=f".{secrets.token_hex(4)}")
-        self.run = self._start_wandb(workdir, config, kinds) if wandb_mode(config) != "disabled" else None
 
     def _truncate_after(self, workdir: str, step: int) -> None:
         if not os.path.exists(self.path):
