@@ -1,4 +1,5 @@
-# Every target creates .venv from requirements.txt when it is missing or older than requirements.txt.
+# Every target creates .venv from requirements.txt and requirements-test.txt when it is missing or older
+# than either.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -14,10 +15,10 @@ PYTEST_ARGS ?=
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt
+$(VENV)/.installed: requirements.txt requirements-test.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet -r requirements.txt -r requirements-test.txt
 	touch $@
 
 train: setup

@@ -14,6 +14,9 @@ def base_config(task: str) -> ml_collections.ConfigDict:
     config.log_every_steps = 100  # train metrics and the progress line
     config.eval_every_steps = 1_000  # metrics on the validation split
     config.checkpoint_every_steps = 1_000
+    # "start,stop": a jax.profiler trace of steps start + 1 to stop in <workdir>/profile (TensorBoard's
+    # profile tab); "": none. start >= 1, since the first step's time is its compilation.
+    config.profile_steps = ""
     config.per_device_batch_size = 32
     config.learning_rate = 1e-3  # peak, after linear warmup; cosine decay to 0 at the last step
     config.warmup_steps = 200

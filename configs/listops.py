@@ -34,7 +34,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.dataset.test_size = 2_000  # eval.json (LRA's size)
     config.dataset.seed = 0  # the examples of every split: the same for every run and config.seed
     config.dataset.split = "test"  # the split eval.json reports: test or validation
-    config.dataset.data_dir = "datasets"  # where the generated splits are cached
+    config.dataset.data_dir = "datasets"  # generated splits cached here; relative: to the repository
 
     config.eval.batch_size = 256
 

@@ -45,7 +45,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # file:line); every batch pads to the longest line, so they bound memory.
     config.dataset.max_source_len = 256
     config.dataset.max_target_len = 256
-    config.dataset.data_dir = "datasets"  # where the TFDS dataset is built
+    config.dataset.data_dir = "datasets"  # where the TFDS dataset is built; relative: to the repository
 
     config.eval.batch_size = 512  # teacher-forced evaluation and decoding
     config.eval.beam_size = 1  # decoding of the test outputs: 1 is greedy, more is beam search

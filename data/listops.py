@@ -31,6 +31,8 @@ import zipfile
 
 import numpy as np
 
+from data import paths
+
 OPERATORS = ("MIN", "MAX", "MED", "SM")
 _OPENERS = tuple(f"[{operator}" for operator in OPERATORS)
 _DIGITS = tuple(str(digit) for digit in range(10))
@@ -218,7 +220,7 @@ def cached_arrays(dataset, split: str) -> dict[str, np.ndarray]:
     settings = {field: dataset[field] for field in _CACHE_FIELDS}
     size = dataset[f"{split}_size"]
     name = "_".join(f"{field}{value}" for field, value in settings.items()) + f"_{split}{size}.npz"
-    path = os.path.join(dataset.data_dir, "listops", name)
+    path = os.path.join(paths.data_dir(dataset.data_dir), "listops", name)
     if os.path.exists(path):
         try:
             with np.load(path) as arrays:

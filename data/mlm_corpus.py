@@ -8,7 +8,7 @@ import os
 import numpy as np
 import tensorflow_datasets as tfds
 
-from data import files, mlm, text_corpus, tokenizer
+from data import files, mlm, paths, text_corpus, tokenizer
 from data.files import DataFileError, DatasetNotPreparedError
 
 DATASETS = ("pydoc", "tfds", "text_files")  # dataset.name: where load_texts reads the documents
@@ -27,17 +27,18 @@ class MlmData:
 
 
 def _tfds_texts(dataset, split: str) -> list[str]:
+    directory = paths.data_dir(dataset.data_dir)
     try:
-        builder = tfds.builder(dataset.tfds_name, data_dir=dataset.data_dir)
+        builder = tfds.builder(dataset.tfds_name, data_dir=directory)
     except tfds.core.registered.DatasetNotFoundError:
         raise DatasetNotPreparedError(f"config.dataset.tfds_name={dataset.tfds_name!r} is not a TFDS "
                                       f"dataset (see `tfds.list_builders()`)") from None
     if not builder.is_prepared():
         raise DatasetNotPreparedError(
-            f"TFDS dataset {dataset.tfds_name!r} is not prepared under {dataset.data_dir!r}. Prepare it "
+            f"TFDS dataset {dataset.tfds_name!r} is not prepared under {directory!r}. Prepare it "
             f"once where its source can be downloaded: `tfds build {dataset.tfds_name} "
-            f"--data_dir={dataset.data_dir} --file_format=array_record` (many TFDS builders need "
-            f"TensorFlow to prepare, not to read), then copy {dataset.data_dir} here.")
+            f"--data_dir={directory} --file_format=array_record` (many TFDS builders need "
+            f"TensorFlow to prepare, not to read), then copy {directory} here.")
     source = builder.as_data_source(split=split)
     if dataset.text_key not in builder.info.features:
         raise DataFileError(f"config.dataset.text_key={dataset.text_key!r} is not a feature of "
@@ -48,7 +49,7 @@ def _tfds_texts(dataset, split: str) -> list[str]:
 def load_texts(dataset, split: str) -> list[str]:
     """The documents of one split ("train", or the validation or test split name) of `dataset`."""
     if dataset.name == "pydoc":
-        return text_corpus.load_documents(split, dataset.data_dir, dataset.corpus)
+        return text_corpus.load_documents(split, paths.data_dir(dataset.data_dir), dataset.corpus)
     if dataset.name == "tfds":
         return _tfds_texts(dataset, split)
     return files.read_documents(dataset.train_file if split == dataset.train_split else dataset.test_file)
@@ -66,7 +67,7 @@ def _tokenizer_path(dataset) -> str:
     else:
         source = dataset.tfds_name
     name = f"sentencepiece_{dataset.tokenizer}_{dataset.vocab_size}.model"
-    return os.path.join(dataset.data_dir, source, name)
+    return os.path.join(paths.data_dir(dataset.data_dir), source, name)
 
 
 def prepare(dataset, masking_config) -> MlmData:

@@ -5,6 +5,7 @@ import zlib
 import tensorflow_datasets as tfds
 
 from data import scan_grammar
+from data.local_builder import LocalBuilder
 
 _CITATION = """\
 @inproceedings{lake2018generalization,
@@ -22,7 +23,7 @@ Pairs = list[tuple[str, str]]
 
 # TFDS ships a downloading builder of the same name, loaded lazily; staying out of the registry keeps
 # the two from colliding whichever is imported first.
-class Scan(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+class Scan(LocalBuilder, skip_registration=True):
     """SCAN commands and their action sequences, one config per split of Lake & Baroni (2018)."""
 
     VERSION = tfds.core.Version("1.1.0")

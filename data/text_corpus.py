@@ -20,9 +20,12 @@ from pathlib import Path
 import pydoc_data.topics
 import tensorflow_datasets as tfds
 
+from data.local_builder import LocalBuilder
+
 SPLITS = ("train", "validation", "test")
 CORPORA = ("stdlib", "scientific")
-# The import names of every distribution requirements.txt pins, plus scipy (jax's numerical routines) and
+# The import names of every distribution requirements.txt pinned when the corpus was made (pytest's pins are
+# in requirements-test.txt now), plus scipy (jax's numerical routines) and
 # mpl_toolkits (inside matplotlib's wheel). Fixed, not read from requirements.txt: a pin added for a tool
 # should not change the corpus. In sorted order, which decides the module that keeps a repeated docstring.
 SCIENTIFIC_PACKAGES = (
@@ -174,7 +177,7 @@ _DESCRIPTIONS = {
 }
 
 
-class PydocCorpus(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+class PydocCorpus(LocalBuilder, skip_registration=True):
     """Installed documentation, one example per document; one config per corpus (the default: stdlib)."""
 
     VERSION = tfds.core.Version("1.0.0")

@@ -1,19 +1,22 @@
-"""W&B sweep definitions generated from the studies marked `sweep` (configs/<task>.py), and a sweep run locally.
+"""W&B sweep definitions generated from the studies marked `sweep` (configs/<task>.py), a run of one started
+by `wandb agent`, and a sweep run locally.
 
   python -m scripts.sweep --generate                      # writes sweeps/<task>-<preset>.yaml of the sweep studies
+  wandb sweep sweeps/mlm-kinds.yaml                        # the sweep on W&B (README, "Sweeps"); the agent runs
+  python -m scripts.sweep sweeps/mlm-kinds.yaml --study_run=performer_m32 --seed=0   # one of its runs
   python -m scripts.sweep sweeps/mlm-kinds.yaml --jobs=2   # the sweep locally, without a W&B server
-  wandb sweep sweeps/mlm-kinds.yaml                        # the sweep on W&B (README, "Sweeps")
 
-From the repository root. A study is a sweep when its runs are a grid: every combination of the values its
-runs give the fields they override is one of its runs, once the kind options a combination's kind does
-not take are left out. Its definition has `method: grid`, a parameter config.<field> per such field (one
-value as `value`), config.seed over the study's seeds, and the command `wandb agent` runs: train.py on the
-study's config, ${args} (`--config.<field>=<value>` for each parameter) and a workdir per W&B run.
+From the repository root. A sweep file has `method: grid` over two parameters, study_run (the names of the
+study's runs) and seed (its seeds), so that W&B's grid is exactly the study's runs, each config once; the
+agent's command is this script on the file with ${args}, `--study_run=<run> --seed=<seed>`, which becomes
+train.py on that run's config, as the study runner trains it, in a workdir per W&B run
+(runs/agent/<task>-<preset>/<W&B run id>).
 
 A sweep file runs locally as the study it was generated from (a file that none generates, edited or stale,
-is refused): scripts/compare.py's runner (studies/runner.py) trains each distinct config once, with the
-flags below, in the workdirs and into the report of `python -m scripts.compare --task=<task> --preset=<preset>`.
+is refused): scripts/compare.py's runner (studies/runner.py) trains each run, with the flags below, in the
+workdirs and into the report of `python -m scripts.compare --task=<task> --preset=<preset>`.
 """
+import os
 import shlex
 import sys
 
@@ -24,7 +27,19 @@ from studies import sweeps
 
 FLAGS = flags.FlagValues()
 flags.DEFINE_bool("generate", False, "write the sweeps/*.yaml of the studies marked sweep", flag_values=FLAGS)
+flags.DEFINE_string(sweeps.RUN_PARAMETER, None, "the run of the sweep file to train (what `wandb agent` passes)",
+                    flag_values=FLAGS)
+flags.DEFINE_integer(sweeps.SEED_PARAMETER, 0, "its seed", flag_values=FLAGS)
 command_line.define_study_flags(FLAGS)
+
+
+def train_agent_run(path: str, run_name: str, seed: int, extra: list[str]) -> None:
+    """Becomes train.py on the run (the agent's signals then reach it, and its exit status is the run's)."""
+    try:
+        command = sweeps.agent_command(path, run_name, seed) + extra
+    except (OSError, ValueError) as error:
+        command_line.fail(str(error))
+    os.execv(command[0], command)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -38,6 +53,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if len(args.positional) != 1:
         command_line.fail("give one sweep file, e.g. sweeps/mlm-kinds.yaml, or --generate")
+    if (run_name := vars(args)[sweeps.RUN_PARAMETER]) is not None:
+        train_agent_run(args.positional[0], run_name, vars(args)[sweeps.SEED_PARAMETER], extra)
+        return
     with command_line.one_line_errors():
         sweeps.run_sweep(args.positional[0], args, extra, shlex.join(["python", "-m", "scripts.sweep", *argv]))
 

@@ -1,45 +1,21 @@
-"""W&B sweep definitions generated from the studies marked `sweep` (configs/<task>.py), and a sweep file run
-locally as the study it was generated from (`python -m scripts.sweep`, whose docstring says when a study is a sweep).
-"""
-import itertools
+"""W&B sweep definitions generated from the studies marked `sweep` (configs/<task>.py), the train.py command
+of each run the agent starts, and a sweep file run locally as the study it was generated from
+(`python -m scripts.sweep`)."""
 import os
 
 import yaml
 
-import attention
 import tasks
 from configs import common
-from configs.grids import Study
 from studies import catalog, jobs, runner
-from training import metrics
 from studies import StudyError
+from training import metrics
 
 
-
-def identity(overrides: dict) -> dict:
-    """`overrides` without the kind options its attention kind (attention.name) does not take."""
-    kind = overrides.get("attention.name")
-    if kind not in attention.names():  # unset: the config's kind, whose options may be any
-        return overrides
-    ignored = {f"attention.{option}" for option in attention.all_options() - set(attention.options(kind))}
-    return {key: value for key, value in overrides.items() if key not in ignored}
-
-
-def grid(name: str, study: Study) -> dict[str, list]:
-    """Each field the study's runs override -> the values they give it, in the order they first do. An
-    error where the combinations of these values, each config once, are not the study's runs."""
-    values = {}
-    for run in study.runs:
-        for key, value in {**study.overrides, **run.overrides}.items():
-            if value not in values.setdefault(key, []):
-                values[key].append(value)
-    runs = [frozenset(identity({**study.overrides, **run.overrides}).items()) for run in study.runs]
-    combinations = {frozenset(identity(dict(zip(values, point))).items())
-                    for point in itertools.product(*values.values())}
-    if len(set(runs)) < len(runs) or set(runs) != combinations:
-        raise ValueError(f"study {name}: its {len(runs)} runs are not the {len(combinations)} configs the values "
-                         "they set combine to, so no W&B grid sweep runs them")
-    return values
+# The agent's parameters, passed as `--study_run=<run name> --seed=<seed>`: one categorical parameter naming
+# the study's run, so that the grid is exactly the study's runs at its seeds (a grid over the fields the
+# runs set would train a kind once per value of an option it ignores).
+RUN_PARAMETER, SEED_PARAMETER = "study_run", "seed"
 
 
 def _parameter(values: list) -> dict:
@@ -47,21 +23,32 @@ def _parameter(values: list) -> dict:
 
 
 def definition(task: str, preset: str) -> dict:
-    """The W&B sweep of the study (task, preset): its grid of config overrides and seeds, run by train.py."""
+    """The W&B sweep of the study (task, preset): its runs by name and its seeds, each trained by train.py
+    through `python -m scripts.sweep <this file> --study_run=<run> --seed=<seed>` (agent_command)."""
     name, study = f"{task}-{preset}", catalog.get_study(task, preset)
-    parameters = {f"config.{key}": _parameter(values) for key, values in grid(name, study).items()}
     return {
         "name": name,  # the W&B group of the study, as runner.run_study names it
         "project": common.wandb_config().project,
-        "program": "train.py",
         "method": "grid",
         "metric": {"name": f"test/{tasks.get(task).METRICS[0]}", "goal": "maximize"},
-        "parameters": {**parameters, "config.seed": _parameter(list(range(study.seeds)))},
-        # A workdir per W&B run, named by the run id the agent sets, so that a resumed run finds its
-        # checkpoints (the agent's ${envvar:...} is filled once per agent, not per run).
-        "command": ["${env}", "${interpreter}", "${program}", f"--config={study.config}",
-                    f"--workdir=runs/agent/{name}/{metrics.RUN_ID_PLACEHOLDER}", "${args}"],
+        "parameters": {RUN_PARAMETER: _parameter([run.name for run in study.runs]),
+                       SEED_PARAMETER: _parameter(list(range(study.seeds)))},
+        "command": ["${env}", "${interpreter}", "-m", "scripts.sweep", sweep_path(task, preset), "${args}"],
     }
+
+
+def agent_command(path: str, run_name: str, seed: int) -> list[str]:
+    """train.py's command line for the agent's run (`run_name`, `seed`) of the sweep file at `path`: the
+    study's run, as the study runner trains it, in a workdir named by the W&B run id the agent sets, so
+    that a run the agent resumes finds its checkpoints."""
+    task, preset = study_of(path)
+    name, study = f"{task}-{preset}", catalog.get_study(task, preset)
+    runs = {run.name: run for run in study.runs}
+    if run_name not in runs or seed not in range(study.seeds):
+        raise ValueError(f"--{RUN_PARAMETER}={run_name} --{SEED_PARAMETER}={seed}: not a run of {path}; its runs: "
+                         f"{', '.join(runs)}, seeds 0 to {study.seeds - 1}")
+    workdir = os.path.join(jobs.ROOT, "runs", "agent", name, metrics.RUN_ID_PLACEHOLDER)
+    return jobs.train_command(study, runs[run_name], seed, workdir, name, [])
 
 
 def sweep_path(task: str, preset: str) -> str:

@@ -14,7 +14,7 @@ from jax.experimental import multihost_utils
 
 import attention
 from analysis import report
-from data import files, pipeline, scan, scan_grammar
+from data import files, paths, pipeline, scan, scan_grammar
 from data.vocab import Vocabulary
 from models import ROLES, EncoderDecoder, rnn
 from models.decoding import SpecialIds, beam_search, greedy_decode
@@ -109,7 +109,7 @@ def load_pairs(dataset) -> tuple[list, list, list]:
     (scan.hold_out_validation; an add_* split's primitive stays in training), or empty when
     dataset.hold_out_validation is off."""
     if dataset.name == "scan":
-        train, test = scan.load_split(dataset.split, dataset.data_dir)
+        train, test = scan.load_split(dataset.split, paths.data_dir(dataset.data_dir))
         primitive = scan_grammar.PRIMITIVE_OF_SPLIT.get(dataset.split)
         keep = (primitive,) if primitive else ()
     else:

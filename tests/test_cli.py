@@ -8,17 +8,18 @@ import sys
 import pytest
 
 import attention
+from data import paths
 from kind_harness import package_kinds
 from training import locks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _run(script: str, *flags: str, debug: bool = False) -> subprocess.CompletedProcess:
+def _run(script: str, *flags: str, debug: bool = False, cwd: str = ROOT) -> subprocess.CompletedProcess:
     env = {key: value for key, value in os.environ.items() if key != "ATTENTION_LAB_DEBUG"}
     env["WANDB_MODE"] = "disabled"
-    command = [sys.executable, script, *flags, *(["--debug"] if debug else [])]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    command = [sys.executable, os.path.join(ROOT, script), *flags, *(["--debug"] if debug else [])]
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
 
 
 def _one_error_line(process: subprocess.CompletedProcess) -> str:
@@ -50,7 +51,7 @@ def _files(workdir: str) -> dict[str, bytes]:
 
 @pytest.mark.parametrize("flags, line", [
     (["--config.attention.nonsense=1"],
-     "error: --config.attention.nonsense: no such field of configs/translation.py; did you mean "),
+     f"error: --config.attention.nonsense: no such field of {ROOT}/configs/translation.py; did you mean "),
     (["--config.learning_rate=-1"], "error: config.learning_rate=-1.0 must be a number in (0, inf)"),
     (["--config.model.dropout_rate=1.5"], "error: config.model.dropout_rate=1.5 must be a number in [0, 1)"),
     (["--config.attention.num_features=0", "--config.attention.name=performer"],
@@ -68,6 +69,15 @@ def test_a_bad_config_is_one_line_and_creates_no_workdir(tmp_path, flags, line):
     error = _one_error_line(_run("train.py", f"--workdir={workdir}", *flags))
     assert error.startswith(line), error
     assert not workdir.exists()
+
+
+def test_the_default_config_and_the_datasets_are_the_repositorys_from_any_directory(tmp_path, monkeypatch):
+    error = _one_error_line(_run("train.py", "--workdir=run", "--config.model.num_layer=1", cwd=str(tmp_path)))
+    assert error.startswith(f"error: --config.model.num_layer: no such field of {ROOT}/configs/translation.py; "
+                            f"did you mean model.num_layers")
+    monkeypatch.chdir(tmp_path)
+    assert paths.data_dir("datasets") == os.path.join(ROOT, "datasets")
+    assert paths.data_dir("/elsewhere/datasets") == "/elsewhere/datasets"
 
 
 def test_a_data_file_that_is_not_utf8_is_one_line_with_file_and_line(tmp_path, data_files):

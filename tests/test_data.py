@@ -136,8 +136,11 @@ def tfds_dir(tmp_path_factory):
     return str(tmp_path_factory.mktemp("tensorflow_datasets"))
 
 
-def test_tfds_builder_returns_the_split_in_sorted_order(tfds_dir):
+def test_tfds_builder_returns_the_split_in_sorted_order(tfds_dir, capfd):
     train, test = scan.load_split("simple", tfds_dir)
+    # One line of ours, not TFDS's "Downloading and preparing dataset Unknown size" nor its progress bars.
+    output = "".join(capfd.readouterr())
+    assert output == f"building dataset scan/simple/1.1.0 in {tfds_dir} (once; later runs read it)\n"
     expected_train, expected_test = scan_grammar.simple()
     assert set(train) == set(expected_train) and len(train) == len(expected_train)
     assert set(test) == set(expected_test) and len(test) == len(expected_test)

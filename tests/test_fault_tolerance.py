@@ -27,7 +27,7 @@ WALL_CLOCK = ("elapsed_s", "steps_per_sec", "tokens_per_sec")  # the only fields
 
 def _skip_final_evaluation(monkeypatch) -> None:
     # Decoding and rank analysis are half a tiny run's time, and test_training's concern.
-    monkeypatch.setattr(translation, "evaluate_model", lambda *args: {"metrics": {}})
+    monkeypatch.setattr(translation, "evaluate_model", lambda *args: {"metrics": {}, "rank": []})
 
 
 @pytest.fixture
@@ -103,6 +103,7 @@ def test_train_py_stopped_by_sigterm_resumes_to_the_uninterrupted_result(straigh
     with open(log_path) as f:
         output = f.read()
     assert process.returncode == 128 + signal.SIGTERM, output
+    assert "\x1b[" not in output and "Downloading" not in output  # a log file: no terminal escapes
     stopped = re.search(r"^interrupted at step (\d+): checkpoint saved, restart the same command to resume$",
                         output, re.MULTILINE)
     assert stopped, output
@@ -150,7 +151,7 @@ def test_eval_py_falls_back_past_a_latest_checkpoint_that_does_not_restore(strai
     evaluated = {}
     def capture(config, workdir, model, data, step):
         evaluated.update(step=step, params=nnx.state(model, nnx.Param))
-        return {"metrics": {}}
+        return {"metrics": {}, "rank": []}
     monkeypatch.setattr(translation, "evaluate_model", capture)
     loop.evaluate(config, workdir)
     assert evaluated["step"] == 14

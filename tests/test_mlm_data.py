@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from configs import mlm as mlm_config
-from data import mlm, mlm_corpus, text_corpus
+from data import mlm, mlm_corpus, paths, text_corpus
 from data.tokenizer import EOS, MASK, NUM_SPECIAL, PAD, Tokenizer, load_or_train, train_sentencepiece
 
 # `training` (and with it jax) is imported in the tests that need it, after the stdlib parses: with jax's
@@ -262,12 +262,13 @@ def test_the_corpus_preset_reaches_the_corpus_and_a_vocabulary_of_its_own(monkey
     assert (stdlib.name, stdlib.corpus, scientific.name, scientific.corpus) == (
         "pydoc", "stdlib", "pydoc", "scientific")
     # The stdlib's vocabulary keeps its path: runs prepared before there were other corpora reuse it.
-    assert mlm_corpus._tokenizer_path(stdlib) == os.path.join("datasets", "pydoc_corpus",
+    datasets = paths.data_dir("datasets")  # the repository's
+    assert mlm_corpus._tokenizer_path(stdlib) == os.path.join(datasets, "pydoc_corpus",
                                                                "sentencepiece_unigram_4000.model")
-    assert mlm_corpus._tokenizer_path(scientific) == os.path.join("datasets", "pydoc_corpus", "scientific",
+    assert mlm_corpus._tokenizer_path(scientific) == os.path.join(datasets, "pydoc_corpus", "scientific",
                                                                    "sentencepiece_unigram_4000.model")
     monkeypatch.setattr(text_corpus, "load_documents", lambda *arguments: list(arguments))
-    assert mlm_corpus.load_texts(scientific, "train") == ["train", "datasets", "scientific"]
+    assert mlm_corpus.load_texts(scientific, "train") == ["train", datasets, "scientific"]
 
 
 # A few hundred words of plain English, generated so the test needs no data file.

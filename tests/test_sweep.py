@@ -12,7 +12,6 @@ from absl import flags
 from ml_collections import config_flags
 
 import tasks
-from configs import grids
 from scripts import sweep
 from studies import catalog, jobs, runner, sweeps
 from training import loop, metrics, validate
@@ -51,60 +50,63 @@ def _train_flags(argv: list[str]):
     return config.value, workdir.value
 
 
-def _agent_commands(definition: dict):
-    """(point, train.py's argv) of every run `wandb agent` starts for the grid: the command with ${args} as
-    `--<parameter>=<value>`, the other macros (the interpreter) left out."""
+def _agent_commands(path: str, monkeypatch):
+    """(point, train.py's argv) of every run `wandb agent` starts for the grid of the sweep file at `path`:
+    its command with ${args} as `--<parameter>=<value>` and the other macros left out, run up to the exec of
+    train.py."""
+    with open(path) as f:
+        definition = yaml.safe_load(f)
     parameters = definition["parameters"]
     grid = [spec["values"] if "values" in spec else [spec["value"]] for spec in parameters.values()]
+    started = []
+    monkeypatch.setattr(sweep.os, "execv", lambda program, argv: started.append(argv))
     for values in itertools.product(*grid):
         point = dict(zip(parameters, values))
-        argv = [definition["program"]]
+        argv = []
         for item in definition["command"]:
             argv += [f"--{name}={value}" for name, value in point.items()] if item == "${args}" else (
                 [] if item in MACROS else [item])
-        yield point, argv
+        assert argv[:2] == ["-m", "scripts.sweep"]
+        sweep.main(argv[2:])
+        yield point, started[-1][1:]  # without the interpreter
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "sweeps", "*.yaml"))))
+def test_no_sweep_file_trains_two_identical_configs(path, monkeypatch):
+    """Each of the agent's runs is a distinct config (its workdir aside: the agent's run id)."""
+    monkeypatch.chdir(ROOT)  # the agent runs from the repository root
+    configs = [_train_flags(argv)[0].to_json(sort_keys=True)
+               for _, argv in _agent_commands(os.path.relpath(path, ROOT), monkeypatch)]
+    assert len(set(configs)) == len(configs)
 
 
 @pytest.mark.parametrize("task, preset", catalog.sweeps())
-def test_the_agents_runs_are_the_studys_configs_each_at_its_seeds(task, preset, monkeypatch):
-    monkeypatch.chdir(ROOT)  # the agent runs from the repository root: --config is relative to it
+def test_the_agents_runs_are_the_studys_runs_each_at_its_seeds(task, preset, monkeypatch):
+    monkeypatch.chdir(ROOT)
     study = catalog.get_study(task, preset)
-    with open(sweeps.sweep_path(task, preset)) as f:
-        definition = yaml.safe_load(f)
-    assert definition["method"] == "grid" and os.path.exists(definition["program"])
     started = {}
-    for point, argv in _agent_commands(definition):
+    for point, argv in _agent_commands(sweeps.sweep_path(task, preset), monkeypatch):
         config, workdir = _train_flags(argv)
-        assert workdir == f"runs/agent/{task}-{preset}/{metrics.RUN_ID_PLACEHOLDER}"
-        for name, value in point.items():
+        assert workdir == os.path.join(ROOT, "runs", "agent", f"{task}-{preset}", metrics.RUN_ID_PLACEHOLDER)
+        assert config.wandb.group == f"{task}-{preset}" and config.seed == point["seed"]
+        run = next(run for run in study.runs if run.name == point["study_run"])
+        for name, value in {**study.overrides, **run.overrides}.items():
             field = config
-            for part in name.removeprefix("config.").split("."):
+            for part in name.split("."):
                 field = field[part]
             assert field == value, name
         validate.validate(config)
-        overrides = {name.removeprefix("config."): value for name, value in point.items() if name != "config.seed"}
-        started.setdefault(frozenset(sweeps.identity(overrides).items()), set()).add(point["config.seed"])
-    # W&B's grid repeats a run once per value of an option its kind ignores: the same config, trained again.
-    runs = [frozenset(sweeps.identity({**study.overrides, **run.overrides}).items()) for run in study.runs]
-    assert len(started) == len(runs) < len(list(_agent_commands(definition))) // study.seeds
-    assert started == {run: set(range(study.seeds)) for run in runs}
+        started.setdefault(point["study_run"], set()).add(point["seed"])
+    assert started == {run.name: set(range(study.seeds)) for run in study.runs}
 
 
-def test_only_a_study_whose_runs_are_a_grid_is_a_sweep():
-    kinds = grids.Study("configs/mlm.py", {}, [
-        grids.Run("softmax", {"attention.name": "softmax"}),
-        *(grids.Run(f"performer_m{m}", {"attention.name": "performer", "attention.num_features": m})
-          for m in (8, 16))], seeds=1)
-    assert sweeps.grid("kinds", kinds) == {"attention.name": ["softmax", "performer"],
-                                          "attention.num_features": [8, 16]}
-    # softmax without the pooling field would train with mean pooling in a grid of both.
-    heads = grids.Study("configs/listops.py", {}, [
-        grids.Run("softmax", {"attention.name": "softmax"}),
-        grids.Run("softmax_mean", {"attention.name": "softmax", "model.pooling": "mean"})], seeds=1)
-    with pytest.raises(ValueError, match="study heads: its 2 runs are not the 1 configs"):
-        sweeps.grid("heads", heads)
-    with pytest.raises(ValueError, match="study translation-full: its 15 runs are not the 16 configs"):
-        sweeps.definition("translation", "full")
+def test_an_agent_run_the_sweep_lacks_is_one_line(monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)
+    path = sweeps.sweep_path(*catalog.sweeps()[0])
+    with pytest.raises(SystemExit) as exit:
+        sweep.main([path, "--study_run=nonsense"])
+    assert exit.value.code == 2
+    assert capsys.readouterr().err.startswith(f"error: --study_run=nonsense --seed=0: not a run of {path}; its runs: ")
 
 
 # --- a sweep file run locally ----------------------------------------------------------------------------
@@ -155,7 +157,8 @@ def test_an_agents_run_keeps_its_id_groups_by_sweep_and_refuses_another_runs_wor
     monkeypatch.setenv(metrics.RUN_ID_VAR, "run0001")
     monkeypatch.setenv(metrics.SWEEP_ID_VAR, "sweep01")
     # W&B reads these variables once per process, at its first run: one that an earlier test in this worker
-    # started (tests/test_wandb.py) would keep them from reaching this one.
+    # started (tests/test_wandb.py) would keep them from reaching this one, and this one's sweep, once
+    # torn down no more, would reach a later test's run (its keys then never reach its file).
     wandb.teardown()
     config = tiny_config()
     writer = loop._metrics_writer(tasks.get(config.task), config, str(tmp_path), 0)
@@ -165,6 +168,7 @@ def test_an_agents_run_keeps_its_id_groups_by_sweep_and_refuses_another_runs_wor
         assert writer.run.config["attention"]["name"] == "softmax" and writer.run.config["seed"] == 0
     finally:
         writer.close()
+        wandb.teardown()
     assert (tmp_path / "wandb_id.txt").read_text() == "run0001"
     monkeypatch.setenv(metrics.RUN_ID_VAR, "run0002")
     with pytest.raises(ValueError, match="holds W&B run run0001, but \\$WANDB_RUN_ID is run0002"):

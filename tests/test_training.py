@@ -1,7 +1,9 @@
 """The whole loop on tiny data: files written, resume, evaluation, loss going down, config errors."""
+import glob
 import json
 import os
 import shutil
+import struct
 import zlib
 
 import jax
@@ -10,7 +12,7 @@ import pytest
 from data import pipeline
 from data.files import DataFileError
 from tasks import translation
-from training import devices, loop, steps
+from training import devices, loop, metrics, steps
 from training.loop import evaluate
 from training.validate import ConfigError
 
@@ -86,12 +88,44 @@ def test_resume_continues_from_the_latest_checkpoint(trained, tmp_path):
     shutil.copytree(workdir, resumed)
     config = config.copy_and_resolve_references()
     config.num_train_steps = 30
-    config.resume_with_changes = "num_train_steps"  # without it, the restart is refused (test_workdirs.py)
+    config.profile_steps = "22,24"
+    # Without it, the restart is refused (test_workdirs.py).
+    config.resume_with_changes = "num_train_steps,profile_steps"
     loop.train_and_evaluate(config, resumed)
     lines = [line for line in _lines(resumed) if line["split"] == "train"]
     assert [line["step"] for line in lines] == [5, 10, 15, 20, 25, 30]
     elapsed = [line["elapsed_s"] for line in lines]
     assert elapsed == sorted(elapsed)  # elapsed_s is carried across the restart
+    assert glob.glob(os.path.join(resumed, "profile", "plugins", "profile", "*", "*.xplane.pb"))
+    assert not glob.glob(os.path.join(workdir, "profile"))  # profile_steps="" traces nothing
+
+
+def _event_scalars(workdir: str) -> dict[tuple[str, int], float]:
+    """(tag, step) -> value of the scalars in the workdir's TensorBoard event files: TFRecords (length, its
+    CRC, the record, its CRC) of tensorboardX's Event protos."""
+    from tensorboardX.proto import event_pb2
+
+    scalars = {}
+    for path in glob.glob(os.path.join(workdir, "events.out.tfevents.*")):
+        with open(path, "rb") as f:
+            data = f.read()
+        offset = 0
+        while offset < len(data):
+            (length,) = struct.unpack("<Q", data[offset:offset + 8])
+            event = event_pb2.Event.FromString(data[offset + 12:offset + 12 + length])
+            offset += 12 + length + 4
+            scalars.update({(value.tag, event.step): value.simple_value for value in event.summary.value})
+    return scalars
+
+
+def test_tensorboard_events_hold_every_metric_the_run_logged(trained):
+    _, workdir, result = trained
+    scalars = _event_scalars(workdir)
+    logged = {(f"{line['split']}/{key}", line["step"]): value for line in _lines(workdir)
+              for key, value in line.items() if key not in ("step", "split", "elapsed_s")}
+    logged.update({(tag, 20): value for tag, value in metrics.evaluation_scalars(result).items()})
+    assert {"train/loss", "eval/exact_match", "test/bleu", "rank/cross/layer0/stable"} <= {tag for tag, _ in logged}
+    assert scalars == pytest.approx(logged, rel=1e-6)
 
 
 def test_eval_py_restores_the_trained_parameters(trained, tmp_path):
@@ -166,6 +200,8 @@ ERRORS = [
     ({"attention.name": "taylor", "attention.taylor_order": 3}, ConfigError, "taylor_order"),
     ({"attention.cross": "local", "attention.window": -1}, ConfigError, "kind 'local'.*window"),
     ({"nonfinite": "ignore"}, ConfigError, "nonfinite='ignore'.*choose one of: stop, skip"),
+    ({"profile_steps": "5"}, ConfigError, "profile_steps='5' must be \"start,stop\""),
+    ({"profile_steps": "0,5"}, ConfigError, r"profile_steps='0,5' must have 1 <= start < stop <= num_train_steps=20"),
 ]
 
 
@@ -194,13 +230,24 @@ def _no_compilation(*args, **kwargs):
     raise AssertionError("the error should have come before the train step was built")
 
 
-def test_steps_per_second_leave_out_evaluation_and_checkpoint_time(monkeypatch):
+def test_steps_per_second_leave_out_evaluation_and_checkpoint_time():
     now = [100.0]
-    monkeypatch.setattr(loop.time, "time", lambda: now[0])
-    progress = loop._Progress(step=0, total=30)
+    progress = loop._Progress(step=0, total=30, clock=lambda: now[0])
     now[0] += 2.0  # 10 steps of training
     with progress.paused():
         now[0] += 8.0  # an evaluation and a checkpoint
-    assert progress.update(10) == (5.0, "0m04s")
+    assert progress.update(10)[0] == 5.0
     now[0] += 4.0  # the next window: no pause carried over
-    assert progress.update(20) == (2.5, "0m04s")
+    assert progress.update(20)[0] == 2.5
+
+
+def test_the_eta_is_at_the_pace_after_the_first_step_whose_call_compiles():
+    now = [0.0]
+    progress = loop._Progress(step=50, total=150, clock=lambda: now[0])  # a run resumed at step 50
+    now[0] += 30.0  # step 51: compilation
+    progress.first_step_done(51)
+    assert progress.update(51) == (pytest.approx(1 / 30), "-")  # no pace known yet
+    now[0] += 9.0  # steps 52 to 60, a second each
+    with progress.paused():
+        now[0] += 50.0  # an evaluation
+    assert progress.update(60) == (pytest.approx(1.0), "1m30s")  # 90 steps to go at that pace

@@ -1,7 +1,10 @@
 """An offline W&B run (no account, no network) holds what the run logged: train, eval and test metrics,
-per-layer rank scalars, attention state sizes, the rank table and the plots."""
+per-layer rank scalars, attention state sizes, the rank table, the spectra as charts and the heat maps."""
 import glob
+import json
 import os
+
+import pytest
 
 
 def test_an_offline_run_writes_every_logged_key_to_the_workdir(tiny_config, tmp_path, monkeypatch):
@@ -25,4 +28,14 @@ def test_an_offline_run_writes_every_logged_key_to_the_workdir(tiny_config, tmp_
     media = os.path.join(run_dir, "files", "media")
     assert glob.glob(os.path.join(media, "table", "rank", "*.table.json"))
     images = glob.glob(os.path.join(media, "images", "plots", "*"))
-    assert {os.path.basename(path).split("_")[0] for path in images} == {"attention", "spectra"}
+    assert {os.path.basename(path).split("_")[0] for path in images} == {"attention"}
+    # The spectra as data, one line chart per role and layer: s / s_max against its index.
+    with open(tmp_path / "spectra.json") as f:
+        spectra = json.load(f)
+    for role, layers in spectra.items():
+        for layer, spectrum in enumerate(layers):
+            (path,) = glob.glob(os.path.join(media, "table", "spectra", role, f"layer{layer}_table_*.table.json"))
+            with open(path) as f:
+                table = json.load(f)
+            assert table["columns"] == ["index", "s / s_max"]
+            assert table["data"] == [[i, pytest.approx(s)] for i, s in enumerate(spectrum)]

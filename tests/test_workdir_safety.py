@@ -26,7 +26,7 @@ def finished(tiny_config, tmp_path_factory):
     config.eval_every_steps = 3
     workdir = str(tmp_path_factory.mktemp("finished"))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(translation, "evaluate_model", lambda *args: {"metrics": {}})
+        patch.setattr(translation, "evaluate_model", lambda *args: {"metrics": {}, "rank": []})
         loop.train_and_evaluate(config, workdir)
     return config, workdir
 

@@ -13,6 +13,7 @@ import textwrap
 from absl import app, flags
 
 from data.files import DataFileError
+from data.paths import REPOSITORY
 from training import atomic, interrupts
 from training.checkpoints import CheckpointError
 from training.config_checks import ConfigError
@@ -24,7 +25,6 @@ EXIT_STATUS = 2  # a command the user can correct, as argparse and absl use for 
 USER_ERRORS = (ConfigError, DataFileError, WorkdirError, CheckpointError, FloatingPointError)
 WORKDIR_CONFIG = "configs/workdir.py"  # the config a workdir's config.json holds (eval.py's default)
 HELP_FLAGS = ("--help", "-h", "-?", "--helpshort", "--helpfull")
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _DEBUG = flags.DEFINE_bool("debug", False, f"Show the traceback of a config, data or workdir error (or "
                                            f"set ${DEBUG_VAR}=1).")
@@ -97,8 +97,8 @@ def _last_line(error: Exception) -> str:
 
 def _flags_parser(default_config: str | None):
     def parse(argv):
-        if default_config and _flag_value(argv, "config") is None:
-            argv = [argv[0], f"--config={default_config}", *argv[1:]]
+        if default_config and _flag_value(argv, "config") is None:  # the repository's, from any directory
+            argv = [argv[0], f"--config={os.path.join(REPOSITORY, default_config)}", *argv[1:]]
         if (spec := _flag_value(argv, "config")) and not os.path.isfile(path := spec.partition(":")[0]):
             fail(f"--config={spec}: {path}: no such config file; the configs are in configs/")
         try:
@@ -113,11 +113,11 @@ def _flags_parser(default_config: str | None):
 def _configs_with_presets() -> str:
     """Each config file's docstring (its task and presets), read without running the file."""
     entries = []
-    for path in sorted(glob.glob(os.path.join(_ROOT, "configs", "*.py"))):
+    for path in sorted(glob.glob(os.path.join(REPOSITORY, "configs", "*.py"))):
         with open(path) as f:
             tree = ast.parse(f.read(), path)
         if any(isinstance(node, ast.FunctionDef) and node.name == "get_config" for node in tree.body):
-            entries.append(f"{os.path.relpath(path, _ROOT)}\n{textwrap.indent(ast.get_docstring(tree) or '', '  ')}")
+            entries.append(f"{os.path.relpath(path, REPOSITORY)}\n{textwrap.indent(ast.get_docstring(tree) or '', '  ')}")
     return "\n\n".join(entries)
 
 

@@ -13,7 +13,8 @@ from flax import nnx
 from analysis import plots
 from data.prefetch import prefetch
 import tasks
-from training import atomic, devices, evaluation, interrupts, locks, model_config, sharding, validate, workdirs
+from training import (atomic, devices, evaluation, interrupts, locks, model_config, profiling, sharding, validate,
+                      workdirs)
 from training.checkpoints import Checkpoints
 from training.metrics import MetricsWriter, read_metrics
 from training.steps import create_optimizer, init_state, learning_rate_schedule, make_eval_step, make_train_step
@@ -25,26 +26,41 @@ def _format_duration(seconds: float) -> str:
 
 
 class _Progress:
-    """Steps/s over the last logging window and the ETA of the run, counting training time only: what runs
-    inside `paused()` (evaluation, checkpointing) is left out of the window's time."""
+    """Steps/s over the last logging window, and the ETA of the run at its steady pace: over the steps after
+    the first of this process, whose call compiled the train step. Both count training time only: what
+    runs inside `paused()` (evaluation, checkpointing) is left out."""
 
-    def __init__(self, step: int, total: int):
-        self.total = total
-        self.step, self.time, self.paused_s = step, time.time(), 0.0
+    def __init__(self, step: int, total: int, clock=time.time):
+        self.total, self.clock = total, clock
+        self.paused_s = 0.0  # every pause so far
+        self.window_start, self.steady_start = self._mark(step), None
+
+    def _mark(self, step: int) -> tuple[int, float, float]:
+        return step, self.clock(), self.paused_s
+
+    def _pace(self, since: tuple[int, float, float], step: int) -> float:
+        """Steps per second of training time from `since` (a _mark) to now, at step `step`."""
+        since_step, since_time, since_paused = since
+        return (step - since_step) / max(self.clock() - since_time - (self.paused_s - since_paused), 1e-9)
 
     @contextlib.contextmanager
     def paused(self):
-        start = time.time()
+        start = self.clock()
         try:
             yield
         finally:
-            self.paused_s += time.time() - start
+            self.paused_s += self.clock() - start
+
+    def first_step_done(self, step: int) -> None:
+        self.steady_start = self._mark(step)
 
     def update(self, step: int) -> tuple[float, str]:
-        now = time.time()
-        steps_per_sec = (step - self.step) / max(now - self.time - self.paused_s, 1e-9)
-        self.step, self.time, self.paused_s = step, now, 0.0
-        return steps_per_sec, _format_duration((self.total - step) / max(steps_per_sec, 1e-9))
+        """(steps/s of the window ending at `step`, the ETA: "-" until a step after the first has run)."""
+        steps_per_sec = self._pace(self.window_start, step)
+        self.window_start = self._mark(step)
+        if self.steady_start is None or step == self.steady_start[0]:
+            return steps_per_sec, "-"
+        return steps_per_sec, _format_duration((self.total - step) / max(self._pace(self.steady_start, step), 1e-9))
 
 
 class _Window:
@@ -213,6 +229,7 @@ def _train(config, workdir: str) -> dict:
     elapsed = lambda: metadata["elapsed_s"] + time.time() - started  # noqa: E731
     progress = _Progress(start_step, total)
     window = _Window(metadata.get("window", []))  # the steps of the logging window the checkpoint cut
+    trace = profiling.StepTrace(config, workdir)
     steps = range(start_step, total)
     batches = prefetch(lambda step: sharding.put_batch(task.train_batch(config, data, batch_size, step), mesh), steps)
     with interrupts.stop_requests() as stop, contextlib.closing(batches):
@@ -220,9 +237,12 @@ def _train(config, workdir: str) -> dict:
             state, step_metrics = train_step(state, batch)
             window.add(step_metrics)
             done = step + 1
+            if step == start_step:  # the call returns once compiled; the step itself runs on asynchronously
+                progress.first_step_done(done)
             if _due(done, config.log_every_steps, total):
                 _log_train_window(task, config, writer, window.take(), done, elapsed(), progress)
             with progress.paused():
+                trace.after_step(done, state)
                 if data.validation is not None and _due(done, config.eval_every_steps, total):
                     _evaluate_validation(task, config, writer, eval_step, state, data, done, elapsed())
                 if _due(done, config.checkpoint_every_steps, total) or stop.signum:

@@ -1,7 +1,10 @@
-"""Metrics to `metrics.jsonl` (the file contract of docs/design.md) and to Weights & Biases."""
+"""Metrics to `metrics.jsonl` (the file contract of docs/design.md), to TensorBoard event files in the
+workdir and to Weights & Biases."""
 import json
 import os
 import secrets
+
+import tensorboardX
 
 from training import atomic, devices, workdirs
 
@@ -72,15 +75,55 @@ def read_metrics(directory: str) -> list[dict]:
     return records
 
 
+def evaluation_scalars(result: dict) -> dict[str, float]:
+    """eval.json's numbers by tag: test metrics `test/<metric>`, ranks `rank/<role>/layer<i>/<metric>`
+    (means over heads) and attention state sizes `state/<role>/{per_head,total,feature_dim}`."""
+    scalars = {f"test/{key}": value for key, value in result["metrics"].items()}
+    rows = result["rank"]
+    for role, layer in dict.fromkeys((row["role"], row["layer"]) for row in rows):
+        heads = [row for row in rows if (row["role"], row["layer"]) == (role, layer)]
+        for metric in ("numerical", "effective", "stable"):
+            values = [row[f"{metric}_rank"] for row in heads]
+            scalars[f"rank/{role}/layer{layer}/{metric}"] = sum(values) / len(values)
+    for role, state in result.get("state", {}).items():
+        scalars.update({f"state/{role}/{key}": state[key] for key in ("per_head", "total")})
+        if state["feature_dim"] is not None:
+            scalars[f"state/{role}/feature_dim"] = state["feature_dim"]
+    return scalars
+
+
+def _spectra_charts(workdir: str) -> dict:
+    """spectra.json as W&B line charts, `spectra/<role>/layer<i>`: s / s_max against its index, data that
+    W&B can draw over several runs (where an image of the plot cannot be)."""
+    import wandb
+
+    path = os.path.join(workdir, "spectra.json")
+    if not os.path.exists(path):  # a model without attention
+        return {}
+    charts = {}
+    for role, layers in workdirs.read_json(path).items():
+        for layer, spectrum in enumerate(layers):
+            table = wandb.Table(columns=["index", "s / s_max"], data=[[i, s] for i, s in enumerate(spectrum)])
+            charts[f"spectra/{role}/layer{layer}"] = wandb.plot.line(
+                table, "index", "s / s_max", title=f"singular values, {role} layer {layer}")
+    return charts
+
+
 class MetricsWriter:
     """Appends `{"step", "split", "elapsed_s", ...}` lines; on resume, first drops lines written after
-    the restored step, so the file reads as if the run had never been interrupted."""
+    the restored step, so the file reads as if the run had never been interrupted. Every metric also goes
+    to TensorBoard event files in the workdir, and to W&B when it is on."""
 
     def __init__(self, workdir: str, config, resume_step: int, kinds: tuple[str, ...] = ()):
         """`kinds`: the attention kinds of the run's model, its W&B tags with the task."""
         self.path = os.path.join(workdir, METRICS_FILE)
         self._truncate_after(workdir, resume_step)
         self.run = self._start_wandb(workdir, config, kinds) if wandb_mode(config) != "disabled" else None
+        # A new event file per start; TensorBoard hides what earlier files hold from purge_step on, as
+        # _truncate_after drops those lines. The suffix keeps two starts within a second (the file's name is
+        # the second it opened) from overwriting one another.
+        self.events = tensorboardX.SummaryWriter(workdir, purge_step=resume_step + 1,
+                                                 filename_suffix=f".{secrets.token_hex(4)}")
 
     def _truncate_after(self, workdir: str, step: int) -> None:
         if not os.path.exists(self.path):
@@ -112,34 +155,28 @@ class MetricsWriter:
                 f.write(json.dumps(record) + "\n")
         except OSError as error:  # a line cut short is dropped when the run resumes
             raise atomic.user_error(self.path, error) from error
+        self._log_scalars(step, {f"{split}/{key}": value for key, value in metrics.items()})
+
+    def _log_scalars(self, step: int, scalars: dict) -> None:
+        for tag, value in scalars.items():
+            self.events.add_scalar(tag, value, step)
+        self.events.flush()  # every log_every_steps at most: a killed run's events reach its last line
         if self.run is not None:
-            self.run.log({f"{split}/{key}": value for key, value in metrics.items()}, step=step)
+            self.run.log(scalars, step=step)
 
     def log_evaluation(self, step: int, result: dict, workdir: str) -> None:
-        """eval.json to W&B: test metrics, ranks as scalars `rank/<role>/layer<i>/<metric>` (means over
-        heads) and as a table, attention state sizes `state/<role>/{per_head,total,feature_dim}`, and the
-        run's plots as images."""
+        """eval.json's evaluation_scalars to TensorBoard and W&B; to W&B also the rank rows as a table,
+        spectra.json as line charts and the attention heat maps as an image."""
+        self._log_scalars(step, evaluation_scalars(result))
         if self.run is None:
             return
         import wandb
 
-        logged = {f"test/{key}": value for key, value in result["metrics"].items()}
-        rows = result["rank"]
-        for role, layer in dict.fromkeys((row["role"], row["layer"]) for row in rows):
-            heads = [row for row in rows if (row["role"], row["layer"]) == (role, layer)]
-            for metric in ("numerical", "effective", "stable"):
-                values = [row[f"{metric}_rank"] for row in heads]
-                logged[f"rank/{role}/layer{layer}/{metric}"] = sum(values) / len(values)
-        if rows:
+        logged = _spectra_charts(workdir)
+        if rows := result["rank"]:
             logged["rank/table"] = wandb.Table(columns=list(rows[0]), data=[list(row.values()) for row in rows])
-        for role, state in result.get("state", {}).items():
-            logged.update({f"state/{role}/{key}": state[key] for key in ("per_head", "total")})
-            if state["feature_dim"] is not None:
-                logged[f"state/{role}/feature_dim"] = state["feature_dim"]
-        for name in ("attention", "spectra"):
-            path = os.path.join(workdir, "plots", f"{name}.png")
-            if os.path.exists(path):
-                logged[f"plots/{name}"] = wandb.Image(path)
+        if os.path.exists(path := os.path.join(workdir, "plots", "attention.png")):
+            logged["plots/attention"] = wandb.Image(path)
         self.run.log(logged, step=step)
 
     def mark_preempted(self) -> None:
@@ -149,5 +186,6 @@ class MetricsWriter:
             self.run.mark_preempting()
 
     def close(self) -> None:
+        self.events.close()
         if self.run is not None:
             self.run.finish()

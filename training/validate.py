@@ -7,7 +7,7 @@ from flax import nnx
 import attention
 import tasks
 from models import ROLES
-from training import model_config, sharding, steps, workdirs
+from training import model_config, profiling, sharding, steps, workdirs
 from training.config_checks import ConfigError, check_int, check_number, choice
 
 POSITIONS = ("sinusoidal", "learned")
@@ -113,6 +113,7 @@ def validate(config) -> None:
     _check_kind_options(config, task)
     choice("model.positions", config.model.positions, POSITIONS)
     choice("nonfinite", config.nonfinite, NONFINITE)
+    profiling.window(config)
     task.check_config(config)
     mode = os.environ.get("WANDB_MODE") or config.wandb.mode
     choice("wandb.mode (or WANDB_MODE)", mode, WANDB_MODES)

@@ -8,8 +8,8 @@ CONFIG_FILE = "config.json"
 # long the run trains, what it logs and how it is evaluated, where it runs (per_device_batch_size: to keep
 # the global batch on another number of devices); never the model, the data, the optimiser or the seed.
 # eval.py may change them without naming them.
-CHANGEABLE = ("num_train_steps", "log_every_steps", "eval_every_steps", "checkpoint_every_steps", "eval",
-              "wandb", "sharding", "distributed", "per_device_batch_size")
+CHANGEABLE = ("num_train_steps", "log_every_steps", "eval_every_steps", "checkpoint_every_steps", "profile_steps",
+              "eval", "wandb", "sharding", "distributed", "per_device_batch_size")
 # Not part of what was trained: the machine that ran it, and the switch itself.
 UNCOMPARED = ("runtime", "resume_with_changes")
 
