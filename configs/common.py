@@ -57,14 +57,14 @@ def attention_config() -> ml_collections.ConfigDict:
     attention.encoder_self = ""  # empty: attention.name
     attention.decoder_self = ""  # translation only
     attention.cross = ""  # translation only
-    # Every kind's options at its constructor's defaults (README: "Attention options"): each kind reads the
+    # Every kind's options at its constructor's defaults (docs/attention.md: "Attention options"): each kind reads the
     # ones it takes, and a config sets here only what it changes.
     attention.update(registry.option_defaults())
     return attention
 
 
 def add_device_fields(config: ml_collections.ConfigDict) -> None:
-    """How a run spreads over devices and hosts, and its compute precision (README: "Many devices and
+    """How a run spreads over devices and hosts, and its compute precision (docs/accelerators.md: "Many devices and
     mixed precision"). The global batch is per_device_batch_size times the number of devices."""
     config.sharding = ml_collections.ConfigDict()
     # Parameters and optimizer state: "replicated" on every device, or "fsdp": each array split along

@@ -66,7 +66,7 @@ def _set_form(config, form):
 
 
 def _set_quick(config, _):
-    # Sized by a pilot on 2 CPU cores (README, "Associative recall"): softmax is at 100% well before the
+    # Sized by a pilot on 2 CPU cores (docs/results.md, "Associative recall"): softmax is at 100% well before the
     # last step at every size of the study. V = 8,192 made a step 3x slower (its logits dominate) for the
     # same recall problem: N keys among V/2, values among V/2.
     config.dataset.vocab_size = 256

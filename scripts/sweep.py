@@ -2,7 +2,7 @@
 by `wandb agent`, and a sweep run locally.
 
   python -m scripts.sweep --generate                      # writes sweeps/<task>-<preset>.yaml of the sweep studies
-  wandb sweep sweeps/mlm-kinds.yaml                        # the sweep on W&B (README, "Sweeps"); the agent runs
+  wandb sweep sweeps/mlm-kinds.yaml                        # the sweep on W&B (docs/usage.md, "Sweeps"); the agent runs
   python -m scripts.sweep sweeps/mlm-kinds.yaml --study_run=performer_m32 --seed=0   # one of its runs
   python -m scripts.sweep sweeps/mlm-kinds.yaml --jobs=2   # the sweep locally, without a W&B server
 

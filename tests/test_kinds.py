@@ -1,6 +1,6 @@
 """Every kind of the attention package is held to the contract of tests/kind_harness.py (run by
 tests/test_contract_*.py): a registered kind without a dense reference, or outside both contract files,
-fails here; README's table of options is the registry's, and the options every kind of a base takes are
+fails here; docs/attention.md's table of options is the registry's, and the options every kind of a base takes are
 declared by that base alone."""
 import inspect
 import pathlib
@@ -64,8 +64,8 @@ def test_a_bad_option_value_is_refused_by_the_constructor_naming_it(option, valu
 
 
 def _readme_options() -> dict[str, tuple[str, str]]:
-    """README's table of options: option -> (default, kinds), as written."""
-    readme = (pathlib.Path(__file__).parents[1] / "README.md").read_text()
+    """docs/attention.md's table of options: option -> (default, kinds), as written."""
+    readme = (pathlib.Path(__file__).parents[1] / "docs" / "attention.md").read_text()
     table = readme[readme.index("| option | default | kinds | what it sets |"):].split("\n\n")[0]
     rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()[2:]]
     return {option.strip("`"): (default, kinds) for option, default, kinds, _ in rows}

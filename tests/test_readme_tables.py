@@ -15,7 +15,8 @@ from analysis import stats
 from tasks import recall
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DOCS = ("README.md", "docs/benchmarks.md", "docs/design.md")
+DOCS = ("README.md", "docs/results.md", "docs/usage.md", "docs/attention.md", "docs/accelerators.md",
+        "docs/benchmarks.md", "docs/design.md")
 
 
 @dataclasses.dataclass
@@ -195,46 +196,46 @@ _KIND_STATE = ("kind", "d'", "feature dim m", "state / head")
 QUOTES = [
     Quote("README.md", ("attention", "feature dim m", "state per head", "query accuracy (test, mean ± std)"),
           "## The main result", "reports/recall", recall_headline),
-    Quote("README.md", _RUN_ACCURACY, "reports/translation/default/report.md", "reports/translation/default/report.md",
+    Quote("docs/results.md", _RUN_ACCURACY, "reports/translation/default/report.md", "reports/translation/default/report.md",
           copied()),
-    Quote("README.md", ("run", "role", "kind", "seq len", "numerical rank", "effective rank", "stable rank",
+    Quote("docs/results.md", ("run", "role", "kind", "seq len", "numerical rank", "effective rank", "stable rank",
                         "rank bound"), "reports/translation/default/report.md",
           "reports/translation/default/report.md", copied(2), 2),
-    Quote("README.md", _RUN_ACCURACY, "reports/translation/kinds/report.md", "reports/translation/kinds/report.md",
+    Quote("docs/results.md", _RUN_ACCURACY, "reports/translation/kinds/report.md", "reports/translation/kinds/report.md",
           copied()),
-    Quote("README.md", _RUN_ACCURACY, "reports/translation/splits/report.md", "reports/translation/splits/report.md",
+    Quote("docs/results.md", _RUN_ACCURACY, "reports/translation/splits/report.md", "reports/translation/splits/report.md",
           copied()),
-    Quote("README.md", ("run", "simple", "length", "length: token accuracy",
+    Quote("docs/results.md", ("run", "simple", "length", "length: token accuracy",
                         "length: effective rank of the cross-attention"),
           "reports/translation/forms/report.md", "reports/translation/forms", translation_forms),
-    Quote("README.md", ("run", "kind", "feature dim", "seeds", "masked_accuracy (mean ± std)", "loss", "perplexity"),
+    Quote("docs/results.md", ("run", "kind", "feature dim", "seeds", "masked_accuracy (mean ± std)", "loss", "perplexity"),
           "reports/mlm/report.md", "reports/mlm/report.md", copied()),
-    Quote("README.md", ("run", "kind", "seq len", "numerical rank", "max numerical rank", "effective rank",
+    Quote("docs/results.md", ("run", "kind", "seq len", "numerical rank", "max numerical rank", "effective rank",
                         "stable rank", "rank bound", "matrices over bound", "mean > head dim (32)"),
           "reports/mlm/report.md", "reports/mlm/report.md", copied()),
-    Quote("README.md", (*_KIND_STATE, "N = 4", "N = 8", "N = 16"), "### Associative recall", "reports/recall",
+    Quote("docs/results.md", (*_KIND_STATE, "N = 4", "N = 8", "N = 16"), "## Associative recall", "reports/recall",
           recall_runs),
-    Quote("README.md", (*_KIND_STATE, "query accuracy", "effective rank, layer 0", "effective rank, layer 1"),
-          "### Associative recall",
+    Quote("docs/results.md", (*_KIND_STATE, "query accuracy", "effective rank, layer 0", "effective rank, layer 1"),
+          "## Associative recall",
           "reports/recall", recall_runs, 2),
-    Quote("README.md", ("kind", "d'", "m", "N = 4", "N = 8", "N = 16", "numerical / effective rank at N = 16, layer 0",
+    Quote("docs/results.md", ("kind", "d'", "m", "N = 4", "N = 8", "N = 16", "numerical / effective rank at N = 16, layer 0",
                         "numerical / effective rank at N = 16, layer 1"),
           "reports/recall/bidirectional/report.md", "reports/recall/bidirectional", recall_runs, 2),
-    Quote("README.md", ("kind", "m", "state / head", "query accuracy", "effective rank, layer 0",
+    Quote("docs/results.md", ("kind", "m", "state / head", "query accuracy", "effective rank, layer 0",
                         "effective rank, layer 1"),
           "reports/recall/kinds/report.md", "reports/recall/kinds", recall_runs),
-    Quote("README.md", ("run", "kind", "pooling", "seeds", "accuracy (mean ± std)", "per seed", "loss"),
+    Quote("docs/results.md", ("run", "kind", "pooling", "seeds", "accuracy (mean ± std)", "per seed", "loss"),
           "reports/listops/report.md", "reports/listops", listops_runs),
-    Quote("README.md", ("estimator", "width w", "test MSE"), "reports/nadaraya_watson/report.md",
+    Quote("docs/results.md", ("estimator", "width w", "test MSE"), "reports/nadaraya_watson/report.md",
           "reports/nadaraya_watson/report.md",
           copied(rows={"fixed kernel": "fixed width", "learned kernel": "learned width"})),
-    Quote("README.md", ("d", "row entropy, q.k", "row entropy, q.k / sqrt(d)", "Jacobian median, q.k",
+    Quote("docs/results.md", ("d", "row entropy, q.k", "row entropy, q.k / sqrt(d)", "Jacobian median, q.k",
                         "Jacobian median, q.k / sqrt(d)"), "reports/attention_scale/report.md",
           "reports/attention_scale/report.md",
           copied(rows={"1,024": "1024"}, columns={"row entropy, q.k": "entropy, q.k",
                                                   "row entropy, q.k / sqrt(d)": "entropy, scaled",
                                                   "Jacobian median, q.k / sqrt(d)": "Jacobian median, scaled"})),
-    Quote("README.md", ("kernel", "feature dim", "norm 1", "norm 2", "norm 4", "norm 8"),
+    Quote("docs/results.md", ("kernel", "feature dim", "norm 1", "norm 2", "norm 4", "norm 8"),
           "reports/kernel_approx/kernel_approx.json", "reports/kernel_approx/kernel_approx.json", kernel_errors, 2),
     Quote("docs/benchmarks.md", ("config", "ms/step", "x first", "tokens/s", "GFLOP/step", "GFLOP/s", "of matmul"),
           "reports/bench/train.{json,md}", "reports/bench/train.md", copied()),
@@ -251,7 +252,11 @@ QUOTES = [
 # Tables that quote no report: settings, layouts, data sizes, and benchmark tables rearranged from their
 # JSON per mode (docs/benchmarks.md, named in the text), which their reports list in another shape.
 NOT_QUOTED = {
-    "README.md": {"command", "file", "field", "split", "kind", "option", "head"},
+    "README.md": {"kind", "task"},
+    "docs/results.md": set(),
+    "docs/usage.md": {"command", "file", "field", "split"},
+    "docs/attention.md": {"kind", "option", "head"},
+    "docs/accelerators.md": {"field"},
     "docs/benchmarks.md": {"mode", "L"},
     "docs/design.md": {"folder", "task", "argument", "file"},
 }
@@ -294,9 +299,9 @@ def test_every_results_table_is_quoted_or_named():
 
 
 def test_a_changed_cell_fails():
-    """The checker itself, on a copy of the README with one cell of a derived table and one of a copied
+    """The checker itself, on a copy of docs/results.md with one cell of a derived table and one of a copied
     table changed."""
-    text = _read("README.md")
+    text = _read("docs/results.md")
     quotes = {quote.source: quote for quote in QUOTES}
     for quote, old, new in ((quotes["reports/recall/kinds"], "| 0.77 ± 0.04 | 12.40 |", "| 0.77 ± 0.04 | 12.82 |"),
                             (quotes["reports/translation/splits/report.md"], "| 0.0030 ± 0.0011 |",

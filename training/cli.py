@@ -133,7 +133,7 @@ def guide() -> str:
     kinds = ("Attention kinds (--config.attention.name=<kind>, or per role: .encoder_self, .decoder_self, "
              ".cross) and the options each takes (--config.attention.<option>=<value>):")
     fields = ("Every field, with a comment on what it does, is in the config file; any field is set with "
-              "--config.<field>=<value>, e.g. --config.model.num_layers=4. README.md, Configuration, has more.")
+              "--config.<field>=<value>, e.g. --config.model.num_layers=4. docs/usage.md, Configuration, has more.")
     return (f"\nConfigs (--config=<file>[:<preset>,<preset>=<value>]) and their presets:\n\n"
             f"{_configs_with_presets()}\n\n{textwrap.fill(kinds, 110)}\n\n{_kinds_with_options()}\n\n"
             f"{textwrap.fill(fields, 110)}\n")
