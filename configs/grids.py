@@ -32,6 +32,11 @@ class Study:
     seeds: int  # each run trains with seeds 0 .. seeds - 1
     sweep: bool = False  # also a W&B sweep, sweeps/<task>-<preset>.yaml (python -m scripts.sweep --generate)
     pick: Pick | None = None  # a field each run chooses on validation first
+
+    def __post_init__(self):
+        if self.sweep and self.pick:  # a W&B grid trains every run at once: no stage to pick in first
+            raise ValueError(f"{self.config}: a study that picks {self.pick.field} on validation cannot be a W&B "
+                             "sweep (sweep=True); run it with python -m scripts.compare")
     notes: str = ""  # printed in the report under its command: what the study is, and is not, e.g. a paper's setup
 
 

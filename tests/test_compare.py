@@ -479,6 +479,11 @@ def test_a_pick_trains_each_value_once_then_the_seeds_at_the_best_on_validation(
     assert [command for command in again.commands if "learning_rate=0.01" not in " ".join(command)] == []
 
 
+def test_a_study_that_picks_cannot_be_a_sweep():
+    with pytest.raises(ValueError, match="cannot be a W&B sweep"):
+        grids.Study("configs/mlm.py", {}, [], seeds=1, sweep=True, pick=grids.Pick("learning_rate", (0.001,), {}))
+
+
 def test_a_run_none_of_whose_candidates_finished_is_a_failed_run(tmp_path, monkeypatch, capsys):
     study = grids.Study("configs/mlm.py:tiny", {}, [grids.kind_run("softmax")], seeds=1,
                         pick=grids.Pick("learning_rate", (0.001,), {}))
