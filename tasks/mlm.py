@@ -210,26 +210,10 @@ def baseline_table(results: dict[str, list[dict]]) -> str:
     return "\n".join(lines)
 
 
-def layer_rank_table(results: dict[str, list[dict]]) -> str:
-    """Effective rank of each layer's encoder self-attention, mean over heads, analysed examples and seeds."""
-    layers = sorted({row["layer"] for evals in results.values() for row in report.rank_rows(evals)})
-    lines = ["| run | kind | " + " | ".join(f"layer {layer}" for layer in layers) + " |",
-             "|---|---|" + "---:|" * len(layers)]
-    for name, evals in results.items():
-        rows = report.rank_rows(evals)
-        means = [np.mean([row["effective_rank"] for row in rows if row["layer"] == layer]) for layer in layers]
-        lines.append(f"| {name} | {report.kind_of(evals)} | " + " | ".join(f"{mean:.2f}" for mean in means) + " |")
-    return "\n".join(lines)
-
-
 def report_sections(results: dict[str, list[dict]], spectra: dict, out_dir: str, head_dim: int | None) -> list[str]:
-    """The rank study's sections (its accuracy plots draw the baselines), the effective rank per layer, then
-    the baselines and the recall slice (of runs whose eval.json has them: written before them, none)."""
-    sections = [
-        *report.rank_study_sections(METRICS, results, spectra, out_dir, head_dim),
-        "## Effective rank per layer\n\nEncoder self-attention, mean over heads, analysed examples and seeds.",
-        layer_rank_table(results),
-    ]
+    """The rank study's sections (its accuracy plots draw the baselines), then the baselines and the recall
+    slice (of runs whose eval.json has them: written before them, none)."""
+    sections = report.rank_study_sections(METRICS, results, spectra, out_dir, head_dim)
     if not all("recall_slice" in result for evals in results.values() for result in evals):
         return sections
     return sections + [

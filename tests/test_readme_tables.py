@@ -193,6 +193,12 @@ class Quote:
 
 _RUN_ACCURACY = ("run", "kind", "feature dim", "seeds", "exact_match (mean ± std)", "token_accuracy", "bleu", "loss")
 _KIND_STATE = ("kind", "d'", "feature dim m", "state / head")
+_MLM_ACCURACY = ("run", "kind", "feature dim", "seeds", "masked_accuracy (mean ± std)", "loss", "perplexity")
+_MLM_RECALL_SLICE = ("run", "kind", "feature dim", "seeds", "recall share", "recall slice", "rest",
+                     "vs softmax, all (95% CI)", "vs softmax, recall slice (95% CI)", "seeds above every baseline")
+_MLM_PICK = ("run", "learning_rate=0.001", "learning_rate=0.003", "learning_rate=0.01", "selected")
+_PREDICTORS = ("predictor", "all positions", "recall slice", "rest")
+_BY_LAYER = ("run", "kind", "layer", "numerical rank", "effective rank", "stable rank")
 QUOTES = [
     Quote("README.md", ("attention", "feature dim m", "state per head", "query accuracy (test, mean ± std)"),
           "## The main result", "reports/recall", recall_headline),
@@ -208,11 +214,18 @@ QUOTES = [
     Quote("docs/results.md", ("run", "simple", "length", "length: token accuracy",
                         "length: effective rank of the cross-attention"),
           "reports/translation/forms/report.md", "reports/translation/forms", translation_forms),
-    Quote("docs/results.md", ("run", "kind", "feature dim", "seeds", "masked_accuracy (mean ± std)", "loss", "perplexity"),
+    Quote("docs/results.md", _MLM_ACCURACY,
           "reports/mlm/report.md", "reports/mlm/report.md", copied()),
     Quote("docs/results.md", ("run", "kind", "seq len", "numerical rank", "max numerical rank", "effective rank",
                         "stable rank", "rank bound", "matrices over bound", "mean > head dim (32)"),
           "reports/mlm/report.md", "reports/mlm/report.md", copied()),
+    Quote("docs/results.md", ("pilot", "variant", "validation @300", "@600", "@900", "@1200", "test masked accuracy",
+                              "recall slice", "rest"),
+          "reports/mlm/pilots/report.md", "reports/mlm/pilots/report.md", copied()),
+    *(Quote("docs/results.md", header, "reports/mlm/standard/report.md", "reports/mlm/standard/report.md", copied(key))
+      for header, key in (((*_MLM_ACCURACY, "selected"), 1), (_MLM_RECALL_SLICE, 1), (_MLM_PICK, 1),
+                          (_PREDICTORS, 1), (_BY_LAYER, 3))),
+    Quote("docs/results.md", _PREDICTORS, "reports/mlm/report.md", "reports/mlm/report.md", copied()),
     Quote("docs/results.md", (*_KIND_STATE, "N = 4", "N = 8", "N = 16"), "## Associative recall", "reports/recall",
           recall_runs),
     Quote("docs/results.md", (*_KIND_STATE, "query accuracy", "effective rank, layer 0", "effective rank, layer 1"),
