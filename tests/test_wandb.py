@@ -7,6 +7,17 @@ import os
 import pytest
 
 
+@pytest.fixture(autouse=True)
+def fresh_wandb():
+    """W&B reads its settings once per process, at its first run: a run an earlier test in this worker
+    started (or its leftovers) would otherwise decide this one's, and its keys might never reach the file."""
+    import wandb
+
+    wandb.teardown()
+    yield
+    wandb.teardown()
+
+
 def test_an_offline_run_writes_every_logged_key_to_the_workdir(tiny_config, tmp_path, monkeypatch):
     from training import loop
 
