@@ -30,12 +30,6 @@ def _headline(metrics: tuple[str, ...], evals: list[dict]) -> tuple[float, float
     return stats.mean_std([result["metrics"][metrics[0]] for result in evals])
 
 
-def validation_score(metrics: tuple[str, ...], evals: list[dict]) -> float:
-    """The headline metric (a task's METRICS[0]) on the validation split (compare.py's results carry it),
-    mean over seeds."""
-    return float(np.mean([result["validation"][metrics[0]] for result in evals]))
-
-
 def _role(attention: dict) -> str:
     return next(role for role in ROLES if role in attention)
 
@@ -65,7 +59,7 @@ def _max_numerical_rank(evals: list[dict]) -> int:
     return max(row["max_numerical_rank"] for row in rank_rows(evals))
 
 
-def _dash_if_none(value) -> str:
+def dash_if_none(value) -> str:
     return "-" if value is None else str(value)
 
 
@@ -83,7 +77,7 @@ def accuracy_table(metrics: tuple[str, ...], results: dict[str, list[dict]]) -> 
         mean, std = _headline(metrics, evals)
         means = " | ".join(f"{np.mean([result['metrics'][metric] for result in evals]):.4f}" for metric in others)
         lines.append(
-            f"| {name} | {kind_of(evals)} | {_dash_if_none(rank_bound(evals))} | {len(evals)} | "
+            f"| {name} | {kind_of(evals)} | {dash_if_none(rank_bound(evals))} | {len(evals)} | "
             f"{mean:.4f} ± {'-' if std is None else f'{std:.4f}'} | {means} |"
             + (f" {evals[0].get('selected', '-')} |" if picked else "")
         )
@@ -151,7 +145,7 @@ def rank_table(results: dict[str, list[dict]], head_dim: int | None = None) -> s
             f"| {name} | {kind_of(evals)} | {_rank_mean(evals, 'seq_len'):g} | "
             f"{_rank_mean(evals, 'numerical_rank'):.2f} | {_max_numerical_rank(evals)} | "
             f"{_rank_mean(evals, 'effective_rank'):.2f} | {_rank_mean(evals, 'stable_rank'):.2f} | "
-            f"{_dash_if_none(rank_bound(evals))} | {_over_bound(_bound_counts(name, evals))} |"
+            f"{dash_if_none(rank_bound(evals))} | {_over_bound(_bound_counts(name, evals))} |"
             + (f" {_yes_no(_above_head_dim(evals, head_dim))} |" if with_head_dim else "")
         )
     return "\n".join(lines)
@@ -170,7 +164,7 @@ def role_rank_table(results: dict[str, list[dict]]) -> str:
                         ("seq_len", "numerical_rank", "effective_rank", "stable_rank")}
                 lines.append(f"| {name} | {role} | {evals[0]['attention'][role]} | {mean['seq_len']:g} | "
                              f"{mean['numerical_rank']:.2f} | {mean['effective_rank']:.2f} | "
-                             f"{mean['stable_rank']:.2f} | {_dash_if_none(rows[0]['rank_bound'])} |")
+                             f"{mean['stable_rank']:.2f} | {dash_if_none(rows[0]['rank_bound'])} |")
     return "\n".join(lines)
 
 

@@ -30,16 +30,20 @@ def _module(kind, implementation, chunk_size):
 
 
 def _results(kind, implementation, chunk_size, q, k, v, key_mask, cotangent):
-    """Causal and bidirectional outputs, and the gradients of the causal one for q, k, v and the parameters."""
+    """Causal and bidirectional outputs, and the gradients of each for q, k, v and the parameters."""
     graphdef, params, rest = nnx.split(_module(kind, implementation, chunk_size), nnx.Param, ...)
 
-    def loss(params, q, k, v):
-        out = nnx.merge(graphdef, params, rest)(q, k, v, key_mask, causal=True)
+    def loss(params, q, k, v, causal):
+        out = nnx.merge(graphdef, params, rest)(q, k, v, key_mask, causal=causal)
         return (out * cotangent).sum(), out
 
     def run(params, q, k, v):
-        grads, causal = jax.grad(loss, (0, 1, 2, 3), has_aux=True)(params, q, k, v)
-        return causal, nnx.merge(graphdef, params, rest)(q, k, v, key_mask), jax.tree.leaves(grads)
+        outputs, grads = [], []
+        for causal in (True, False):
+            grad, out = jax.grad(loss, (0, 1, 2, 3), has_aux=True)(params, q, k, v, causal)
+            outputs.append(out)
+            grads += jax.tree.leaves(grad)
+        return *outputs, grads
 
     return jax.jit(run)(params, q, k, v)
 
@@ -76,11 +80,13 @@ def test_custom_vjp_equals_the_former_path_under_a_growing_stabiliser(length, ch
     _compare("performer", strategy, monkeypatch, length, chunk_size, growth=0.3)
 
 
+@pytest.mark.parametrize("reference", ["xla", "autodiff"])
 @pytest.mark.parametrize("kind, growth", [("linear", 0.0), ("performer", 0.3), ("cosformer", 0.0)])
-def test_pallas_kernels_equal_the_xla_path(kind, growth, monkeypatch):
+def test_pallas_kernels_equal_the_xla_path(kind, growth, reference, monkeypatch):
     """In interpret mode: plain features, a growing stabiliser, position-dependent features; 13 positions in
-    chunks of 4 (the last padded), padded keys; outputs and gradients."""
-    _compare(kind, "sequential", monkeypatch, length=13, chunk_size=4, growth=growth, paths=("pallas", "xla"))
+    chunks of 4 (the last padded), padded keys; outputs and gradients. Against the XLA path, whose per-chunk
+    steps the kernels share, and against the former autodiff path, which shares none of them."""
+    _compare(kind, "sequential", monkeypatch, length=13, chunk_size=4, growth=growth, paths=("pallas", reference))
 
 
 @pytest.mark.parametrize("stabilised", [False, True])
