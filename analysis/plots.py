@@ -15,6 +15,7 @@ PANEL_INCHES = 2.6
 # tab10's colours, then their light shades: a study's plot can draw more than 10 series.
 COLORS = plt.cm.tab20.colors[::2] + plt.cm.tab20.colors[1::2]
 CURVES_PLOT = "curves.png"
+ATTENTION_PLOT = "attention_maps.png"  # a study's runs side by side (plot_attention_by_run)
 # The fields of a metrics.jsonl line that are no metric (training/metrics.py, MetricsWriter.write).
 RECORD_FIELDS = ("step", "split", "elapsed_s")
 SPLIT_LABELS = {"train": "train", "eval": "validation"}  # "eval" lines evaluate the validation split
@@ -127,6 +128,37 @@ def plot_attention_heatmaps(
             _label_axis(ax.set_xticks, x_labels, w.shape[2], rotation=90)
             _label_axis(ax.set_yticks, y_labels if head == 0 else None, w.shape[1])
     fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
+    return save_figure(fig, path)
+
+
+def plot_attention_by_run(examples: dict[str, dict[str, dict]], head: int, path: str) -> str:
+    """Every run's attention to one example side by side: a row per run, a column per (role, layer), head
+    `head` of each. examples[run] is training.evaluation.read_attention_example's dict. Each panel has its
+    own colour scale (its maximum in the title): a diffuse kind drawn on a peaked kind's scale would show
+    nothing."""
+    panels = list(dict.fromkeys((role, layer) for example in examples.values()
+                                for role, entry in example.items() for layer in range(len(entry["weights"]))))
+    fig, axes = plt.subplots(len(examples), len(panels), figsize=(2.2 * len(panels) + 0.8, 2.2 * len(examples)),
+                             squeeze=False, layout="constrained")
+    for row, (run, example) in enumerate(examples.items()):
+        for column, (role, layer) in enumerate(panels):
+            ax = axes[row, column]
+            entry = example.get(role)
+            if entry is None or layer >= len(entry["weights"]):
+                ax.axis("off")
+                continue
+            w = entry["weights"][layer, head]
+            ax.imshow(w, cmap="viridis", vmin=0.0, vmax=float(w.max()) or 1.0, aspect="auto")
+            ax.set_title(f"{role} L{layer} (max {w.max():.2f})", fontsize=7)
+            last_row, first_column = row == len(examples) - 1, column == 0
+            _label_axis(ax.set_xticks, entry["key_tokens"] if last_row and len(w[0]) <= MAX_LABELLED_TOKENS
+                        else None, w.shape[1], rotation=90)
+            _label_axis(ax.set_yticks, entry["query_tokens"] if first_column and len(w) <= MAX_LABELLED_TOKENS
+                        else None, w.shape[0])
+            if first_column:
+                ax.set_ylabel(run, fontsize=8)
+    fig.suptitle(f"one example, head {head} of seed 0 of each run; rows: queries, columns: keys; "
+                 "each panel on its own colour scale", fontsize=8)
     return save_figure(fig, path)
 
 

@@ -197,15 +197,16 @@ def rank_note(results: dict[str, list[dict]], head_dim: int | None = None) -> st
     return " ".join(sentences)
 
 
-def draw_baselines(ax, results: dict[str, list[dict]]) -> None:
-    """The predictors without attention that a run's eval.json carries (`baselines`, MLM's) as grey levels,
-    each labelled at the right edge."""
-    baselines = next(iter(results.values()))[0].get("baselines", {})
+def draw_baselines(ax, results: dict[str, list[dict]], levels: dict[str, float] | None = None) -> None:
+    """The predictors without attention that a run's eval.json carries (`baselines`, MLM's) and the task's
+    fixed `levels` (chance) as grey levels, each labelled at the right edge."""
+    baselines = {**next(iter(results.values()))[0].get("baselines", {}), **(levels or {})}
     for name, accuracy in baselines.items():
         plots.reference_line(ax, accuracy, name)
 
 
-def plot_accuracy_vs_feature_dim(metrics: tuple[str, ...], results: dict[str, list[dict]], path: str) -> str:
+def plot_accuracy_vs_feature_dim(metrics: tuple[str, ...], results: dict[str, list[dict]], path: str,
+                                 levels: dict[str, float] | None = None) -> str:
     """Headline metric against feature dim, one line per bounded kind; unbounded runs as dashed levels."""
     fig, ax = plt.subplots(figsize=(7.5, 4), layout="constrained")
     by_kind: dict[str, list[tuple[int, float, float]]] = {}
@@ -225,7 +226,7 @@ def plot_accuracy_vs_feature_dim(metrics: tuple[str, ...], results: dict[str, li
         ax.errorbar(dims, means, yerr=stds, color=next(colors), marker="o", capsize=3, label=kind)
     if by_kind:  # a log axis needs positive data to place its limits
         plots.counts_log_x(ax)
-    draw_baselines(ax, results)
+    draw_baselines(ax, results, levels)
     ax.set_xlabel("feature dim (rank bound)")
     ax.set_ylabel(metrics[0])
     plots.legend_outside(ax)
@@ -233,7 +234,8 @@ def plot_accuracy_vs_feature_dim(metrics: tuple[str, ...], results: dict[str, li
     return plots.save_figure(fig, path)
 
 
-def plot_accuracy_vs_effective_rank(metrics: tuple[str, ...], results: dict[str, list[dict]], path: str) -> str:
+def plot_accuracy_vs_effective_rank(metrics: tuple[str, ...], results: dict[str, list[dict]], path: str,
+                                    levels: dict[str, float] | None = None) -> str:
     """Headline metric against the mean effective rank of the reported role, one labelled point per run."""
     fig, ax = plt.subplots(figsize=(7.5, 4), layout="constrained")
     ax.set_prop_cycle(color=plots.COLORS)
@@ -247,7 +249,7 @@ def plot_accuracy_vs_effective_rank(metrics: tuple[str, ...], results: dict[str,
         points.append((effective_rank, mean, name))
     if points:
         plots.label_points(ax, points)
-    draw_baselines(ax, results)
+    draw_baselines(ax, results, levels)
     ax.set_xlabel("effective rank (mean over layers, heads, seeds)")
     ax.set_ylabel(metrics[0])
     ax.set_title(plots.seeds_note([len(evals) for evals in results.values()]), fontsize=8)
@@ -277,11 +279,12 @@ def plot_spectra_by_run(results: dict[str, list[dict]], spectra: dict[str, dict]
 
 
 def rank_study_sections(metrics: tuple[str, ...], results: dict[str, list[dict]], spectra: dict[str, dict],
-                        out_dir: str, head_dim: int | None) -> list[str]:
+                        out_dir: str, head_dim: int | None, levels: dict[str, float] | None = None) -> list[str]:
     """Tables and plots of a study of accuracy (a task's METRICS) against feature dim and rank: a task's
-    report_sections with its metrics bound (functools.partial)."""
-    plot_accuracy_vs_feature_dim(metrics, results, os.path.join(out_dir, FEATURE_DIM_PLOT))
-    plot_accuracy_vs_effective_rank(metrics, results, os.path.join(out_dir, EFFECTIVE_RANK_PLOT))
+    report_sections with its metrics (and its accuracy plots' fixed `levels`, chance) bound
+    (functools.partial)."""
+    plot_accuracy_vs_feature_dim(metrics, results, os.path.join(out_dir, FEATURE_DIM_PLOT), levels)
+    plot_accuracy_vs_effective_rank(metrics, results, os.path.join(out_dir, EFFECTIVE_RANK_PLOT), levels)
     images = [(f"{metrics[0]} against feature dim", FEATURE_DIM_PLOT),
               (f"{metrics[0]} against effective rank", EFFECTIVE_RANK_PLOT)]
     if spectra:
@@ -334,6 +337,9 @@ def write_report(
     if os.path.exists(os.path.join(out_dir, plots.CURVES_PLOT)):  # compare.py draws it from metrics.jsonl
         body.append(f"## Validation curves\n\n![validation loss and {task.METRICS[0]} against step, mean over "
                     f"seeds]({plots.CURVES_PLOT})")
+    if os.path.exists(os.path.join(out_dir, plots.ATTENTION_PLOT)):  # compare.py draws it from the workdirs
+        body.append(f"## Attention maps\n\nOne test example (the first of the rank sample: the same one for runs that "
+                    f"share their data), seed 0 of each run, every layer, one head: ![attention maps]({plots.ATTENTION_PLOT})")
     sections = [f"# {task.NAME} comparison, preset {preset}", f"Produced by\n\n```\n{command}\n```", notes, *body]
     with open(os.path.join(out_dir, RESULTS_JSON), "w") as f:
         json.dump(results, f, indent=1)

@@ -12,12 +12,13 @@ from configs.grids import Pick, Run, Study
 from studies import StudyError
 from studies.catalog import get_study
 from studies.jobs import Job, is_finished, run_jobs, train_command
-from training import atomic
+from training import atomic, evaluation
 from training.metrics import read_metrics
 from training.workdirs import WorkdirError, read_json
 
 RUNS_JSON = "runs.json"
 PICK_DIR = "pick"  # under a run's directory: the workdirs of its candidates
+ATTENTION_HEAD = 0  # the head of every run that the study's attention_maps.png draws
 
 
 def part_runs(runs: list[Run], part: str) -> list[Run]:
@@ -156,6 +157,22 @@ def _write_report(task: str, preset: str, command: str, records: dict[str, dict]
     print(f"\n{report.accuracy_table(tasks.get(task).METRICS, results)}\n\nreport: {path}", flush=True)
 
 
+def _attention_figure(task: str, preset: str, records: dict[str, dict], runs_dir: str, out_dir: str) -> None:
+    """ATTENTION_PLOT of the recorded runs whose seed 0 left its attention example on this machine; a run
+    trained elsewhere (an earlier part, on another machine) or without eval.plots is named and left out."""
+    examples, missing = {}, []
+    for name in records:
+        path = os.path.join(runs_dir, task, preset, name, "seed0", "plots", evaluation.ATTENTION_EXAMPLE)
+        if os.path.exists(path):
+            examples[name] = evaluation.read_attention_example(path)
+        else:
+            missing.append(name)
+    if examples:
+        plots.plot_attention_by_run(examples, ATTENTION_HEAD, os.path.join(out_dir, plots.ATTENTION_PLOT))
+    if missing:
+        print(f"{plots.ATTENTION_PLOT}: no attention example of {', '.join(missing)} on this machine", flush=True)
+
+
 def _recorded_command(out_dir: str) -> str:
     """The command a report says produced it (its "Produced by" block)."""
     with open(os.path.join(out_dir, "report.md")) as f:
@@ -222,6 +239,7 @@ def run_study(task: str, preset: str, options, extra: list[str], command: str) -
         raise StudyError(str(error)) from None
     failed += [f"{run.name} (every candidate of the pick)" for run in runs if study.pick and run.name not in picks]
     if records:
+        _attention_figure(task, preset, records, runs_dir, out_dir)
         _write_report(task, preset, command, records, out_dir)
     if failed:
         raise StudyError(f"failed runs: {', '.join(failed)}; see the lines above and their train.log", status=1)

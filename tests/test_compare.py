@@ -10,6 +10,7 @@ import shutil
 
 import jax
 import matplotlib.pyplot as plt
+import numpy as np
 import pytest
 
 import attention
@@ -18,8 +19,9 @@ from configs import grids
 from scripts import compare
 from studies import catalog, jobs, runner
 from tasks import mlm, translation
+from tasks import listops as listops_task
 from tasks import recall as recall_task
-from training import validate
+from training import evaluation, validate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STUDY_KEYS = [(task, preset) for task, presets in catalog.presets().items() for preset in presets]
@@ -333,8 +335,8 @@ RANK_BOUNDS = {"linear": 32, "performer_m32": 32, "performer_m128": 128, "perfor
 class FakeTrain:
     """Stands in for jobs.train: writes what train.py would, or fails for the labels in `fail`."""
 
-    def __init__(self, fail=(), validation=lambda rate: 0.4):
-        self.fail, self.commands, self.validation = set(fail), [], validation
+    def __init__(self, fail=(), validation=lambda rate: 0.4, examples=False):
+        self.fail, self.commands, self.validation, self.examples = set(fail), [], validation, examples
 
     def __call__(self, command, workdir, env):
         self.commands.append(command)
@@ -351,6 +353,12 @@ class FakeTrain:
             "metrics": {"masked_accuracy": accuracy, "loss": 1.0, "perplexity": 2.7},
             "rank": [_rank_row("encoder_self", 0, 20.0, RANK_BOUNDS.get(run))]})
         _write_json(os.path.join(workdir, "spectra.json"), {"encoder_self": [[1.0, 0.3, 0.01]]})
+        if self.examples:  # what evaluation writes for attention.png: a study's attention_maps.png draws it
+            weights = np.random.default_rng(len(run)).random((2, 2, 5, 5))  # [layers, heads, Lq, Lk]
+            os.makedirs(os.path.join(workdir, "plots"), exist_ok=True)
+            evaluation.write_attention_example(os.path.join(workdir, "plots", evaluation.ATTENTION_EXAMPLE),
+                                               {"encoder_self": weights}, {"encoder_self": list("abcde")},
+                                               {"encoder_self": list("abcde")})
         rate = next((float(arg.split("=")[1]) for arg in command if arg.startswith("--config.learning_rate=")), 0.0)
         with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
             f.write(json.dumps({"step": 1000, "split": "eval", "masked_accuracy": self.validation(rate)}) + "\n")
@@ -394,6 +402,30 @@ def test_a_study_in_parts_reports_the_union_of_what_each_part_recorded(tmp_path,
     recorded = json.loads((tmp_path / "reports" / "mlm" / runner.RUNS_JSON).read_text())
     assert list(recorded) == [run.name for run in study.runs]
     assert all(len(record["results"]) == study.seeds for record in recorded.values())
+
+
+def test_attention_maps_draw_head_0_of_every_run_side_by_side_and_name_the_runs_without_an_example(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(jobs, "train", FakeTrain(examples=True))
+    _main(tmp_path, "--only=linear")
+    shutil.rmtree(tmp_path / "runs")  # that part trained on another machine
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    _main(tmp_path, "--only=softmax")
+    assert "attention_maps.png: no attention example of linear on this machine" in capsys.readouterr().out
+    text = (tmp_path / "reports" / "mlm" / "report.md").read_text()
+    assert "![attention maps](attention_maps.png)" in text
+    (figure,) = [fig for fig in figures if fig._suptitle is not None and "head 0" in fig._suptitle.get_text()]
+    expected = np.random.default_rng(len("softmax")).random((2, 2, 5, 5))
+    panels = [ax for ax in figure.axes if ax.images]
+    assert [ax.get_title() for ax in panels] == [f"encoder_self L{layer} (max {expected[layer, 0].max():.2f})"
+                                                 for layer in range(2)]
+    for layer, ax in enumerate(panels):
+        np.testing.assert_allclose(ax.images[0].get_array(), expected[layer, 0], atol=1e-3)  # float16 on disk
+    assert panels[0].get_ylabel() == "softmax" and [t.get_text() for t in panels[0].get_yticklabels()] == list("abcde")
+    monkeypatch.undo()
+    for fig in figures:
+        plt.close(fig)
 
 
 def test_failed_runs_are_named_and_left_out_of_the_report(tmp_path, monkeypatch, capsys):
@@ -519,6 +551,21 @@ def test_error_bars_say_what_they_are_and_labels_of_near_points_do_not_overlap()
     offsets = [text.xyann for text in ax.texts]
     assert len(set(offsets)) == 4 and offsets[-1] == (5, 3)  # the three at one point on three lines
     plt.close(fig)
+
+
+def test_listops_accuracy_plots_draw_chance(tmp_path, monkeypatch):
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    results = {name: [{**result, "metrics": {"accuracy": result["metrics"]["masked_accuracy"], "loss": 1.0}}
+                      for result in evals] for name, evals in RESULTS.items()}
+    listops_task.report_sections(results, {}, str(tmp_path), 32)
+    assert len(figures) == 2
+    for figure in figures:
+        (level,) = [text for text in figure.axes[0].texts if text.get_text().startswith("chance")]
+        assert level.get_text() == "chance (1 in 10)" and level.xy[1] == 0.1
+    monkeypatch.undo()
+    for figure in figures:
+        plt.close(figure)
 
 
 def test_recall_plots_draw_chance_and_a_rank_panel_per_layer(tmp_path):

@@ -7,12 +7,13 @@ import struct
 import zlib
 
 import jax
+import numpy as np
 import pytest
 
 from data import pipeline
 from data.files import DataFileError
 from tasks import translation
-from training import devices, loop, metrics, steps
+from training import devices, evaluation, loop, metrics, steps
 from training.loop import evaluate
 from training.validate import ConfigError
 
@@ -80,6 +81,15 @@ def test_workdir_holds_config_metrics_checkpoints_and_plots(trained):
     for plot in ("attention.png", "spectra.png", "curves.png"):
         with open(os.path.join(workdir, "plots", plot), "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    # The example attention.png draws, kept for a study's side-by-side figure: softmax rows of its unpadded
+    # block sum to 1, in every role, layer and head.
+    example = evaluation.read_attention_example(os.path.join(workdir, "plots", evaluation.ATTENTION_EXAMPLE))
+    assert set(example) == {"encoder_self", "decoder_self", "cross"}
+    for entry in example.values():
+        layers, heads, queries, keys = entry["weights"].shape
+        assert (layers, heads) == (config.model.num_layers, config.model.num_heads)
+        assert (len(entry["query_tokens"]), len(entry["key_tokens"])) == (queries, keys)
+        np.testing.assert_allclose(entry["weights"].sum(-1), 1.0, atol=3e-3)  # float16 on disk
 
 
 def test_resume_continues_from_the_latest_checkpoint(trained, tmp_path):

@@ -27,14 +27,19 @@ def disk_message(path: str, error: OSError | None = None, reason: str = "") -> s
 
 def write_text(path: str, text: str) -> None:
     """Replaces `path` by `text` atomically (see the module's docstring)."""
+    write_bytes(path, text.encode("utf-8"))
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Replaces `path` by `data` atomically (see the module's docstring)."""
     directory = os.path.dirname(os.path.abspath(path))
     try:
         handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     except OSError as error:
         raise user_error(path, error) from error
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(handle, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(temporary, path)

@@ -1,6 +1,7 @@
 """Evaluation shared by the tasks: metric sums over a split, attention capture, ranks, plots, eval.json. The
 entry that evaluates a workdir, eval.py's, is training/loop.py's `evaluate`."""
 import contextlib
+import io
 import json
 import os
 
@@ -13,6 +14,9 @@ from data import pipeline
 from models import CAUSAL_ROLES
 from training import atomic, devices, sharding, workdirs
 from training.steps import make_eval_step
+
+ATTENTION_EXAMPLE = "attention_example.npz"  # under plots/: the weights of attention.png
+QUERY_TOKENS, KEY_TOKENS = ".query_tokens", ".key_tokens"  # an array's name in it: role + suffix
 
 
 @contextlib.contextmanager
@@ -107,8 +111,32 @@ def attention_analysis(config, workdir, model, weights, query_len, key_len, toke
         first = {role: jax.device_get(w[:, 0, :, : query_len[role][0], : key_len[role][0]])
                  for role, w in weights.items()}
         plots.plot_attention_heatmaps(first, tokens_q, tokens_k, os.path.join(plot_dir, "attention.png"))
+        write_attention_example(os.path.join(plot_dir, ATTENTION_EXAMPLE), first, tokens_q, tokens_k)
         plots.plot_spectra(spectra, bounds, os.path.join(plot_dir, "spectra.png"))
     return summary
+
+
+def write_attention_example(path: str, weights: dict, tokens_q: dict, tokens_k: dict) -> None:
+    """The weights attention.png draws, for a study's figure of every run side by side
+    (analysis/plots.py: plot_attention_by_run): per role, [layers, heads, Lq, Lk] in float16 and the tokens
+    of each axis."""
+    arrays = {}
+    for role, w in weights.items():
+        arrays[role] = np.asarray(w, np.float16)
+        arrays[f"{role}{QUERY_TOKENS}"] = np.asarray(tokens_q[role], str)
+        arrays[f"{role}{KEY_TOKENS}"] = np.asarray(tokens_k[role], str)
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **arrays)
+    atomic.write_bytes(path, buffer.getvalue())
+
+
+def read_attention_example(path: str) -> dict[str, dict]:
+    """write_attention_example's file: role -> {"weights", "query_tokens", "key_tokens"}."""
+    with np.load(path) as arrays:
+        return {role: {"weights": arrays[role].astype(np.float32),
+                       "query_tokens": arrays[f"{role}{QUERY_TOKENS}"].tolist(),
+                       "key_tokens": arrays[f"{role}{KEY_TOKENS}"].tolist()}
+                for role in arrays.files if not role.endswith((QUERY_TOKENS, KEY_TOKENS))}
 
 
 def encoder_analysis(config, workdir, model, inputs, pad_id: int, tokens_of) -> list:
