@@ -24,6 +24,7 @@ Deliberate differences from LRA:
   examples into one set); at these lengths two equal expressions are vanishingly unlikely.
 - the random streams are Python's, so the data are not LRA's files, only from the same distribution.
 """
+import io
 import os
 import random
 import statistics
@@ -32,6 +33,7 @@ import zipfile
 import numpy as np
 
 from data import paths
+from training import atomic
 
 OPERATORS = ("MIN", "MAX", "MED", "SM")
 _OPENERS = tuple(f"[{operator}" for operator in OPERATORS)
@@ -230,7 +232,7 @@ def cached_arrays(dataset, split: str) -> dict[str, np.ndarray]:
                   flush=True)
     arrays = encode(load_split(split, size, **settings), dataset.max_length)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    temporary = f"{path}.{os.getpid()}.tmp.npz"  # renamed once complete: parallel runs never read half a file
-    np.savez(temporary, **arrays)
-    os.replace(temporary, path)
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    atomic.write_bytes(path, buffer.getvalue())  # parallel runs never read half a file
     return arrays

@@ -1,13 +1,14 @@
 """SentencePiece subword tokenizer with fixed ids for padding, unknown pieces, document ends and [MASK]."""
 
+import io
 import os
 import re
-import tempfile
 from collections.abc import Callable, Iterable
 
 import sentencepiece as spm
 
 from data.files import DataFileError
+from training import atomic
 
 PAD, UNK, EOS, MASK = 0, 1, 2, 3
 NUM_SPECIAL = 4  # ids below this are never drawn as random replacement tokens
@@ -35,7 +36,9 @@ def train_sentencepiece(texts: list[str], model_path: str, vocab_size: int, mode
 
 
 def _train(lines, model_path: str, vocab_size: int, model_type: str) -> None:
-    _write_atomically(model_path, lambda model_file: spm.SentencePieceTrainer.train(
+    # Written whole, then renamed over the path: processes that train in parallel never read half a model.
+    model_file = io.BytesIO()
+    spm.SentencePieceTrainer.train(
         sentence_iterator=lines,
         model_writer=model_file,
         model_type=model_type,
@@ -48,22 +51,9 @@ def _train(lines, model_path: str, vocab_size: int, model_type: str) -> None:
         shuffle_input_sentence=False,
         num_threads=1,
         minloglevel=1,  # warnings and errors only
-    ))
-
-
-def _write_atomically(path: str, write: Callable):
-    """write(file) into a temporary file beside path, then renamed over it: processes that train in
-    parallel never read a half-written model."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(dir=directory, prefix=os.path.basename(path) + ".")
-    try:
-        with os.fdopen(descriptor, "wb") as f:
-            write(f)
-        os.replace(temporary, path)
-    except BaseException:
-        os.remove(temporary)
-        raise
+    )
+    os.makedirs(os.path.dirname(os.path.abspath(model_path)), exist_ok=True)
+    atomic.write_bytes(model_path, model_file.getvalue())
 
 
 class Tokenizer:
