@@ -168,15 +168,20 @@ def role_rank_table(results: dict[str, list[dict]]) -> str:
     return "\n".join(lines)
 
 
+def layer_ranks(evals: list[dict]) -> dict[int, dict]:
+    """Layer -> the rank metrics of the reported role's rows in it, means over heads, examples and seeds."""
+    rows = rank_rows(evals)
+    return {layer: {field: float(np.mean([row[field] for row in rows if row["layer"] == layer]))
+                    for field in ("numerical_rank", "effective_rank", "stable_rank")}
+            for layer in sorted({row["layer"] for row in rows})}
+
+
 def layer_rank_table(results: dict[str, list[dict]]) -> str:
     """Each layer's ranks of each run's reported role (see ROLES), means over heads, analysed examples and
     seeds: every layer of every run, none chosen per run."""
     lines = ["| run | kind | layer | numerical rank | effective rank | stable rank |", "|---|---|---:|---:|---:|---:|"]
     for name, evals in results.items():
-        rows = rank_rows(evals)
-        for layer in sorted({row["layer"] for row in rows}):
-            mean = {field: float(np.mean([row[field] for row in rows if row["layer"] == layer]))
-                    for field in ("numerical_rank", "effective_rank", "stable_rank")}
+        for layer, mean in layer_ranks(evals).items():
             lines.append(f"| {name} | {kind_of(evals)} | {layer} | {mean['numerical_rank']:.2f} | "
                          f"{mean['effective_rank']:.2f} | {mean['stable_rank']:.2f} |")
     return "\n".join(lines)

@@ -20,7 +20,7 @@ import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
-from analysis import plots, stats  # noqa: E402
+from analysis import plots, report, stats  # noqa: E402
 from data import pipeline, recall  # noqa: E402
 from models import LanguageModel  # noqa: E402
 from training import evaluation, model_config  # noqa: E402
@@ -168,17 +168,6 @@ def _accuracies(evals: list[dict]) -> list[float]:
     return [result["metrics"]["query_accuracy"] for result in evals]
 
 
-def layer_ranks(evals: list[dict]) -> dict[int, dict]:
-    """Layer -> the rank metrics of its query rows, means over heads, examples and seeds."""
-    by_layer = collections.defaultdict(list)
-    for result in evals:
-        for row in result["rank"]:
-            by_layer[row["layer"]].append(row)
-    return {layer: {metric: float(np.mean([row[metric] for row in rows]))
-                    for metric in ("numerical_rank", "effective_rank", "stable_rank")}
-            for layer, rows in sorted(by_layer.items())}
-
-
 def _dash_if_none(value) -> str:
     return "-" if value is None else f"{value:,}"
 
@@ -211,7 +200,7 @@ def rank_table(results: dict[str, list[dict]]) -> str:
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, evals in results.items():
         pairs = _pairs(evals)
-        for layer, ranks in layer_ranks(evals).items():
+        for layer, ranks in report.layer_ranks(evals).items():
             lines.append(
                 f"| {name} | {_state(evals)['kind']} | {pairs} | {_dash_if_none(_state(evals)['feature_dim'])} | "
                 f"{layer} | {ranks['effective_rank']:.2f} | {ranks['numerical_rank']:.2f} | "
@@ -220,7 +209,7 @@ def rank_table(results: dict[str, list[dict]]) -> str:
 
 
 def _layers(results: dict[str, list[dict]]) -> list[int]:
-    return sorted({layer for evals in results.values() for layer in layer_ranks(evals)})
+    return sorted({layer for evals in results.values() for layer in report.layer_ranks(evals)})
 
 
 def _rank_axis(ax, top: float, layer: int) -> None:
@@ -325,8 +314,8 @@ def plot_rank_vs_pairs(results: dict[str, list[dict]], path: str) -> str:
         ax.set_prop_cycle(color=plots.COLORS)
         _draw_rank_guide(ax, all_pairs)
         for series, runs in _by_series(results).items():
-            points = sorted((_pairs(evals), layer_ranks(evals)[layer]["effective_rank"]) for _, evals in runs
-                            if layer in layer_ranks(evals))
+            points = sorted((_pairs(evals), report.layer_ranks(evals)[layer]["effective_rank"]) for _, evals in runs
+                            if layer in report.layer_ranks(evals))
             ax.plot(*zip(*points), marker="o", label=series)
         _log2_x(ax, all_pairs)
         ax.set_xlabel("key-value pairs N")
@@ -363,8 +352,8 @@ def plot_accuracy_vs_feature_dim(results: dict[str, list[dict]], path: str) -> s
         accuracy_ax.errorbar(dims, means, yerr=[s or 0.0 for s in stds], marker="o", capsize=3,
                              label=f"{label} (± std, {seeds} seeds)")
         for ax, layer in zip(rank_axes, layers):
-            points = sorted((_state(evals)["feature_dim"], layer_ranks(evals)[layer]["effective_rank"])
-                            for evals in runs if layer in layer_ranks(evals))
+            points = sorted((_state(evals)["feature_dim"], report.layer_ranks(evals)[layer]["effective_rank"])
+                            for evals in runs if layer in report.layer_ranks(evals))
             ax.plot(*zip(*points), marker="o", label=label)
     top = max([pairs for _, pairs in groups] + [1])
     for ax, layer in zip(rank_axes, layers):

@@ -100,9 +100,17 @@ def _recall_run(results: dict, row: Row, pairs: int = 16) -> str | None:
     return runs[0] if runs else None
 
 
+def _layer_means(evals: list[dict]) -> dict[int, dict[str, float]]:
+    """Layer -> each rank metric's mean over the rows of every seed in it (recall has one role)."""
+    layers = sorted({row["layer"] for result in evals for row in result["rank"]})
+    return {layer: {field: float(np.mean([row[field] for result in evals for row in result["rank"]
+                                          if row["layer"] == layer]))
+                    for field in ("numerical_rank", "effective_rank")} for layer in layers}
+
+
 def _recall_cells(evals: list[dict]) -> Row:
     state = recall._state(evals)
-    ranks = recall.layer_ranks(evals)
+    ranks = _layer_means(evals)
     return {"feature dim m": "-" if state["feature_dim"] is None else str(state["feature_dim"]),
             "m": "-" if state["feature_dim"] is None else str(state["feature_dim"]),
             "state / head": f"{state['per_head']:,}", "state per head": f"{state['per_head']:,}",
@@ -131,7 +139,7 @@ def recall_runs(source: str, row: Row) -> Row:
     run = _recall_run(results, row)
     if run:
         cells = {**_recall_cells(results[run]), **cells}
-        for layer, metrics in recall.layer_ranks(results[run]).items():
+        for layer, metrics in _layer_means(results[run]).items():
             cells[f"numerical / effective rank at N = 16, layer {layer}"] = (
                 f"{metrics['numerical_rank']:.2f} / {metrics['effective_rank']:.2f}")
     return cells
