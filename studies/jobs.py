@@ -62,18 +62,27 @@ def _train_timed(command: list[str], workdir: str, env: dict[str, str] | None) -
     return ok, time.time() - started
 
 
+DATA_POLL_S = 1.0  # how often the first job's workdir is looked at for its config.json
+
+
+def _data_prepared(workdir: str, since: float) -> bool:
+    """Whether train.py in `workdir` has prepared its data since `since`: it writes config.json right after
+    (training/loop.py), not before; an older config.json is an earlier attempt's."""
+    path = os.path.join(workdir, CONFIG_FILE)
+    # A second of slack: some filesystems keep modification times to the second.
+    return os.path.exists(path) and os.path.getmtime(path) >= since - 1.0
+
+
 def train_all(jobs: list[Job], environments: list[dict | None]):
     """Trains the jobs, one per environment at a time (devices.job_environments: each pinned to its
     device); yields (label, workdir, ok, seconds) as each ends.
 
-    The first job runs alone, with this process's environment (every core, every device): it builds the
-    dataset and tokenizer in the shared data directory, which parallel processes would otherwise race to
-    build.
+    The first job starts alone: it builds the dataset and tokenizer in the shared data directory, which
+    parallel processes would otherwise race to build. The others start once it has prepared them (its
+    config.json is written) or has ended, so that no slot idles while it trains.
     """
     if not jobs:
         return
-    (label, command, workdir), rest = jobs[0], jobs[1:]
-    yield (label, workdir, *_train_timed(command, workdir, None))
     free = queue.Queue()
     for env in environments:
         free.put(env)
@@ -85,9 +94,15 @@ def train_all(jobs: list[Job], environments: list[dict | None]):
         finally:
             free.put(env)
 
+    (label, command, workdir), rest = jobs[0], jobs[1:]
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(environments)) as pool:
-        futures = {pool.submit(train_on_free_slot, command, workdir): (label, workdir)
-                   for label, command, workdir in rest}
+        started = time.time()
+        first = pool.submit(train_on_free_slot, command, workdir)
+        while not (first.done() or _data_prepared(workdir, started)):
+            time.sleep(DATA_POLL_S)
+        futures = {first: (label, workdir),
+                   **{pool.submit(train_on_free_slot, command, workdir): (label, workdir)
+                      for label, command, workdir in rest}}
         for future in concurrent.futures.as_completed(futures):
             yield (*futures[future], *future.result())
 

@@ -53,27 +53,53 @@ def test_cpu_jobs_run_on_one_thread_each():
     assert devices.job_environments(CPU, 1) == [None]
 
 
-def test_concurrent_jobs_never_share_a_slot(monkeypatch, tmp_path):
-    """train_all hands each running job an environment no other running job holds; the first job, alone,
-    keeps this process's (every core and device)."""
+def test_concurrent_jobs_never_share_a_slot_and_wait_for_the_first_jobs_data(monkeypatch, tmp_path):
+    """train_all hands each running job an environment no other running job holds; the others start only
+    once the first job has prepared its data (written its config.json), and then beside it."""
     environments = [{"CUDA_VISIBLE_DEVICES": str(i)} for i in range(2)]
     running, seen, lock = set(), [], threading.Lock()
+    monkeypatch.setattr(jobs, "DATA_POLL_S", 0.01)
+    (tmp_path / "0").mkdir()
+    old_config = tmp_path / "0" / "config.json"  # an earlier attempt's: no sign of prepared data
+    old_config.write_text("{}")
+    os.utime(old_config, (0, 0))
 
     def fake_train(command, workdir, env):
-        if env is None:
-            assert not running and not seen
-            seen.append("all")
-            return True
         with lock:
             assert env["CUDA_VISIBLE_DEVICES"] not in running
+            if workdir.endswith(os.sep + "0"):
+                assert not seen  # alone, until its data is prepared
+            else:
+                assert _prepared(tmp_path / "0")
             running.add(env["CUDA_VISIBLE_DEVICES"])
-            seen.append(env["CUDA_VISIBLE_DEVICES"])
+            seen.append(workdir)
+        if workdir.endswith(os.sep + "0"):
+            threading.Event().wait(0.05)
+            (tmp_path / "0" / "config.json").write_text("{}")
+            threading.Event().wait(0.1)  # still training when a second job starts beside it
+            with lock:
+                overlapped.append(len(running) == 2)
         threading.Event().wait(0.02)
         with lock:
             running.remove(env["CUDA_VISIBLE_DEVICES"])
         return True
 
+    overlapped = []
     monkeypatch.setattr(jobs, "_train_timed", lambda command, workdir, env: (fake_train(command, workdir, env), 0.0))
     labelled = [(f"job{i}", ["train"], str(tmp_path / str(i))) for i in range(6)]
     assert len(list(jobs.train_all(labelled, environments))) == 6
-    assert seen[0] == "all" and sorted(set(seen[1:])) == ["0", "1"]
+    assert seen[0] == str(tmp_path / "0") and overlapped == [True]
+
+
+def _prepared(workdir) -> bool:
+    config = workdir / "config.json"
+    return config.exists() and config.stat().st_mtime > 1
+
+
+def test_the_other_jobs_start_when_the_first_ends_without_preparing_its_data(monkeypatch, tmp_path):
+    monkeypatch.setattr(jobs, "DATA_POLL_S", 0.01)
+    order = []
+    monkeypatch.setattr(jobs, "_train_timed", lambda command, workdir, env: (order.append(workdir) or False, 0.0))
+    labelled = [(f"job{i}", ["train"], str(tmp_path / str(i))) for i in range(3)]
+    results = list(jobs.train_all(labelled, [None, None]))
+    assert order[0] == str(tmp_path / "0") and len(results) == 3 and not any(ok for _, _, ok, _ in results)
