@@ -74,11 +74,10 @@ def accuracy_table(metrics: tuple[str, ...], results: dict[str, list[dict]]) -> 
         "|---|---|---:|---:|---:|" + "---:|" * len(others) + ("---|" if picked else ""),
     ]
     for name, evals in results.items():
-        mean, std = _headline(metrics, evals)
         means = " | ".join(f"{np.mean([result['metrics'][metric] for result in evals]):.4f}" for metric in others)
         lines.append(
             f"| {name} | {kind_of(evals)} | {dash_if_none(rank_bound(evals))} | {len(evals)} | "
-            f"{mean:.4f} ± {'-' if std is None else f'{std:.4f}'} | {means} |"
+            f"{stats.mean_std_text([result['metrics'][metrics[0]] for result in evals])} | {means} |"
             + (f" {evals[0].get('selected', '-')} |" if picked else "")
         )
     return "\n".join(lines)

@@ -8,6 +8,12 @@ def mean_std(values: list[float]) -> tuple[float, float | None]:
     return float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) >= 2 else None
 
 
+def mean_std_text(values: list[float]) -> str:
+    """mean_std as a table cell: "0.3860 ± 0.0080", "0.3860 ± -" for a single value."""
+    mean, std = mean_std(values)
+    return f"{mean:.4f} ± {'-' if std is None else f'{std:.4f}'}"
+
+
 def paired_difference(values: dict[int, float], reference: dict[int, float]) -> tuple[float, float | None]:
     """Mean of values[s] - reference[s] over the seeds s both have, and the half-width of its 95% interval
     (Student's t with n - 1 degrees of freedom: the seed fixes data order, masking and initialisation for

@@ -24,6 +24,11 @@ def get_study(task: str, preset: str) -> Study:
     return _of(task)[preset]()
 
 
+def study_name(task: str, preset: str) -> str:
+    """A study's W&B group, its sweep's name and file name."""
+    return f"{task}-{preset}"
+
+
 def sweeps() -> list[tuple[str, str]]:
     """(task, preset) of every study that is also a W&B sweep."""
     return [(task, preset) for task, names in presets().items() for preset in names

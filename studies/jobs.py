@@ -8,11 +8,12 @@ import sys
 import time
 
 from configs.grids import Run, Study
+from data import paths
 from studies import StudyError, children
 from training import devices, locks
 from training.workdirs import CONFIG_FILE, WorkdirError, read_json
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = paths.REPOSITORY
 Job = tuple[str, list[str], str]  # (label, train.py command, workdir) of one (run, seed)
 
 

@@ -10,7 +10,7 @@ import tasks
 from analysis import plots, report
 from configs.grids import Pick, Run, Study
 from studies import StudyError
-from studies.catalog import get_study
+from studies.catalog import get_study, study_name
 from studies.jobs import Job, is_finished, run_jobs, train_command
 from training import atomic, evaluation
 from training.metrics import read_metrics
@@ -208,7 +208,7 @@ def _picked(task: str, preset: str, study: Study, runs: list[Run], runs_dir: str
                 for choices in candidates.values() for candidate in choices}
     # A candidate that fails (a rate that diverges) is an outcome of the pick, not a failure of the study.
     run_jobs(_jobs(study, [c for choices in candidates.values() for c in choices], range(1), workdirs,
-                   f"{task}-{preset}", extra), workers)
+                   study_name(task, preset), extra), workers)
     picks = {name: record for name, choices in candidates.items()
              if (record := pick_record(tasks.get(task).METRICS[0], study.pick,
                                        [workdirs[choice.name][0] for choice in choices]))}
@@ -233,7 +233,7 @@ def run_study(task: str, preset: str, options, extra: list[str], command: str) -
         chosen, picks = (_picked(task, preset, study, runs, runs_dir, extra, options.jobs) if study.pick
                          else (runs, {}))
         workdirs = {run.name: [run_workdir(runs_dir, task, preset, run, seed) for seed in seeds] for run in chosen}
-        failed = run_jobs(_jobs(study, chosen, seeds, workdirs, f"{task}-{preset}", extra), options.jobs)
+        failed = run_jobs(_jobs(study, chosen, seeds, workdirs, study_name(task, preset), extra), options.jobs)
         records = recorded_runs(workdirs, picks, out_dir, study)
     except WorkdirError as error:
         raise StudyError(str(error)) from None

@@ -25,7 +25,7 @@ def _parameter(values: list) -> dict:
 def definition(task: str, preset: str) -> dict:
     """The W&B sweep of the study (task, preset): its runs by name and its seeds, each trained by train.py
     through `python -m scripts.sweep <this file> --study_run=<run> --seed=<seed>` (agent_command)."""
-    name, study = f"{task}-{preset}", catalog.get_study(task, preset)
+    name, study = catalog.study_name(task, preset), catalog.get_study(task, preset)
     return {
         "name": name,  # the W&B group of the study, as runner.run_study names it
         "project": common.wandb_config().project,
@@ -42,7 +42,7 @@ def agent_command(path: str, run_name: str, seed: int) -> list[str]:
     study's run, as the study runner trains it, in a workdir named by the W&B run id the agent sets, so
     that a run the agent resumes finds its checkpoints."""
     task, preset = study_of(path)
-    name, study = f"{task}-{preset}", catalog.get_study(task, preset)
+    name, study = catalog.study_name(task, preset), catalog.get_study(task, preset)
     runs = {run.name: run for run in study.runs}
     if run_name not in runs or seed not in range(study.seeds):
         raise ValueError(f"--{RUN_PARAMETER}={run_name} --{SEED_PARAMETER}={seed}: not a run of {path}; its runs: "
@@ -53,7 +53,7 @@ def agent_command(path: str, run_name: str, seed: int) -> list[str]:
 
 def sweep_path(task: str, preset: str) -> str:
     """Relative to the repository root."""
-    return os.path.join("sweeps", f"{task}-{preset}.yaml")
+    return os.path.join("sweeps", f"{catalog.study_name(task, preset)}.yaml")
 
 
 def sweep_text(task: str, preset: str) -> str:

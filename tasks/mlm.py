@@ -168,8 +168,7 @@ def recall_slice_table(results: dict[str, list[dict]]) -> str:
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, evals in results.items():
         share = np.mean([result["recall_slice"]["recall"]["share"] for result in evals])
-        parts = [stats.mean_std([_slice_accuracy(part)(result) for result in evals]) for part in ("recall", "rest")]
-        cells = [f"{mean:.4f}" + ("" if std is None else f" ± {std:.4f}") for mean, std in parts]
+        cells = [stats.mean_std_text([_slice_accuracy(part)(result) for result in evals]) for part in ("recall", "rest")]
         lines.append(f"| {name} | {report.kind_of(evals)} | {report.dash_if_none(report.rank_bound(evals))} | {len(evals)} | "
                      f"{share:.3f} | {' | '.join(cells)} | {_difference_text(evals, reference, _overall)} | "
                      f"{_difference_text(evals, reference, _slice_accuracy('recall'))} | "

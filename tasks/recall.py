@@ -180,12 +180,11 @@ def accuracy_table(results: dict[str, list[dict]]) -> str:
              "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|"]
     for name, evals in results.items():
         state = _state(evals)
-        mean, std = stats.mean_std(_accuracies(evals))
         validation = [result["validation"].get("query_accuracy") for result in evals if result.get("validation")]
         lines.append(
             f"| {name} | {state['kind']} | {_pairs(evals)} | {state['key_dim']} | "
             f"{_dash_if_none(state['feature_dim'])} | {state['per_head']:,} | {len(evals)} | "
-            f"{mean:.4f} ± {'-' if std is None else f'{std:.4f}'} | "
+            f"{stats.mean_std_text(_accuracies(evals))} | "
             f"{', '.join(f'{a:.3f}' for a in _accuracies(evals))} | "
             f"{f'{np.mean(validation):.4f}' if validation else '-'} | {evals[0].get('selected', '')} |")
     return "\n".join(lines)
