@@ -13,12 +13,14 @@ from data import mlm, mlm_baselines, mlm_corpus, text_corpus, tokenizer
 from models import MaskedLanguageModel
 from training import evaluation, model_config
 from training.config_checks import ConfigError, check_fields_read, check_file, check_int, choice
-from training.losses import prediction_loss_and_accuracy, prediction_sums
+from training.losses import prediction_loss_and_accuracy, prediction_sums, weighted_sums
 
 NAME = "mlm"
 METRICS = ("masked_accuracy", "loss", "perplexity")
 PROGRESS_METRIC = "masked_accuracy"
 allowed_kinds = model_config.registered_kinds
+# The test positions whose answer the sequence holds (mlm_baselines.recall_slice), and the others.
+PARTS = ("recall", "rest")
 
 
 def roles(config) -> tuple[str, ...]:
@@ -90,24 +92,38 @@ def _baselines(hits: dict, weights: np.ndarray) -> dict:
     return {name: _accuracy(hit, weights) for name, hit in hits.items()}
 
 
-def recall_slice_metrics(model, data: mlm_corpus.MlmData, totals: dict, hits: dict, batch_size: int) -> dict:
-    """The test positions split by mlm_baselines.recall_slice: the share of each part, the model's masked
-    accuracy and loss on it (from `totals`, the model's sums over every position) and every baseline's
-    accuracy (from their `hits`)."""
-    test, weights = data.test, data.test["weights"]
-    recall = mlm_baselines.recall_slice(test["inputs"], test["positions"], test["targets"]) * weights
-    recalled = evaluation.model_metric_totals(model, metric_sums, {**test, "weights": recall}, batch_size)
-    rest = {name: totals[name] - recalled[name] for name in totals}
-    return {part: {"share": float(part_weights.sum() / max(weights.sum(), 1.0)),
-                   **{key: summarize(sums)[key] for key in ("masked_accuracy", "loss")},
-                   "baselines": _baselines(hits, part_weights)}
-            for part, part_weights, sums in (("recall", recall, recalled), ("rest", weights - recall, rest))}
+def _sums_by_part(model, batch):
+    """metric_sums, and under each part of the test positions (batch["<part>_weights"]) the same sums over
+    its positions, from one forward pass."""
+    logits = model(batch["inputs"], batch["positions"])
+    sums = {**weighted_sums(logits, batch["targets"], batch["weights"]), "input_tokens": input_tokens(batch)}
+    sums.update({part: weighted_sums(logits, batch["targets"], batch[f"{part}_weights"]) for part in PARTS})
+    return sums["loss"] / jnp.maximum(sums["predictions"], 1.0), sums
+
+
+def _slice_weights(test: dict) -> dict[str, np.ndarray]:
+    """The test positions split by mlm_baselines.recall_slice: part -> its weights."""
+    recall = mlm_baselines.recall_slice(test["inputs"], test["positions"], test["targets"]) * test["weights"]
+    return dict(zip(PARTS, (recall, test["weights"] - recall)))
+
+
+def _part_metrics(totals: dict, parts: dict[str, np.ndarray], hits: dict) -> dict:
+    """Each part's share of the test positions, the model's masked accuracy and loss on it (its sums in
+    `totals`) and every baseline's accuracy (from their `hits`)."""
+    whole = max(float(sum(weights.sum() for weights in parts.values())), 1.0)
+    return {part: {"share": float(weights.sum()) / whole,
+                   **{key: summarize(totals[part])[key] for key in ("masked_accuracy", "loss")},
+                   "baselines": _baselines(hits, weights)}
+            for part, weights in parts.items()}
 
 
 def evaluate_model(config, workdir: str, model, data: mlm_corpus.MlmData, step: int) -> dict:
     """Masked-token metrics on the whole test split (fixed masking), the same for the no-attention baselines
     and on the recall slice, and attention ranks -> eval.json."""
-    totals = evaluation.model_metric_totals(model, metric_sums, data.test, config.eval.batch_size)
+    parts = _slice_weights(data.test)
+    totals = evaluation.model_metric_totals(
+        model, _sums_by_part, {**data.test, **{f"{part}_weights": weights for part, weights in parts.items()}},
+        config.eval.batch_size)
     hits = mlm_baselines.hits(data.train, data.test, data.tokenizer.vocab_size)
     return evaluation.write_eval_json(config, workdir, {
         "step": int(step),
@@ -118,7 +134,7 @@ def evaluate_model(config, workdir: str, model, data: mlm_corpus.MlmData, step: 
         "attention": model_config.role_kinds(config, roles(config)),
         "metrics": summarize(totals),
         "baselines": _baselines(hits, data.test["weights"]),
-        "recall_slice": recall_slice_metrics(model, data, totals, hits, config.eval.batch_size),
+        "recall_slice": _part_metrics(totals, parts, hits),
         "rank": evaluation.encoder_analysis(config, workdir, model, data.test["inputs"], tokenizer.PAD,
                                           lambda ids: [data.tokenizer.piece(int(i)) for i in ids]),
         "state": evaluation.attention_state(model, {"encoder_self": config.dataset.seq_len}),
@@ -168,7 +184,7 @@ def recall_slice_table(results: dict[str, list[dict]]) -> str:
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, evals in results.items():
         share = np.mean([result["recall_slice"]["recall"]["share"] for result in evals])
-        cells = [stats.mean_std_text([_slice_accuracy(part)(result) for result in evals]) for part in ("recall", "rest")]
+        cells = [stats.mean_std_text([_slice_accuracy(part)(result) for result in evals]) for part in PARTS]
         lines.append(f"| {name} | {report.kind_of(evals)} | {report.dash_if_none(report.rank_bound(evals))} | {len(evals)} | "
                      f"{share:.3f} | {' | '.join(cells)} | {_difference_text(evals, reference, _overall)} | "
                      f"{_difference_text(evals, reference, _slice_accuracy('recall'))} | "
@@ -203,7 +219,7 @@ def baseline_table(results: dict[str, list[dict]]) -> str:
     first = next(iter(results.values()))[0]
     lines = ["| predictor | all positions | recall slice | rest |", "|---|---:|---:|---:|"]
     for name, accuracy in first["baselines"].items():
-        parts = (first["recall_slice"][part]["baselines"][name] for part in ("recall", "rest"))
+        parts = (first["recall_slice"][part]["baselines"][name] for part in PARTS)
         lines.append(f"| {name} | {accuracy:.4f} | " + " | ".join(f"{value:.4f}" for value in parts) + " |")
     return "\n".join(lines)
 

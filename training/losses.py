@@ -16,12 +16,16 @@ def prediction_sums(model, batch, input_tokens, label_smoothing: float = 0.0):
     """(mean loss over the predicted positions, sums over them) of model(inputs, positions) -> logits, for
     a batch laid out as data.mlm.mask_tokens' (inputs, positions, targets, weights): the masked-token
     and the recall tasks. `input_tokens` is the throughput's count of the batch's tokens."""
-    weights = batch["weights"]
-    losses, hits = token_cross_entropy(model(batch["inputs"], batch["positions"]), batch["targets"],
-                                       weights, label_smoothing)
-    sums = {"loss": losses.sum(), "predictions": weights.sum(), "correct": (hits * weights).sum(),
-            "input_tokens": input_tokens}
+    logits = model(batch["inputs"], batch["positions"])
+    sums = {**weighted_sums(logits, batch["targets"], batch["weights"], label_smoothing), "input_tokens": input_tokens}
     return sums["loss"] / jnp.maximum(sums["predictions"], 1.0), sums
+
+
+def weighted_sums(logits, targets, weights, label_smoothing: float = 0.0) -> dict:
+    """The loss, the count and the correct predictions of `logits`, summed over the positions `weights`
+    weighs."""
+    losses, hits = token_cross_entropy(logits, targets, weights, label_smoothing)
+    return {"loss": losses.sum(), "predictions": weights.sum(), "correct": (hits * weights).sum()}
 
 
 def prediction_loss_and_accuracy(sums: dict) -> tuple[float, float]:
