@@ -164,6 +164,13 @@ def _by_kernels(implementation: str, platform: str, feature_dim: int, value_dim:
     return implementation == "pallas" or reason is None
 
 
+def explicit_attention(scores, v, eps):
+    """The output of the linear forms from the matrix they never form: scores [B, H, Lq, Lk], phi(q).phi(k)
+    with disallowed keys 0, against v [B, Lk, H, Dv] -> [B, Lq, H, Dv] in v's dtype; for kinds that have a
+    cheaper way to the matrix than through features wider than the keys are many (the exact polynomials)."""
+    return _normalise(_sum_products("bhqk,bkhd->bqhd", scores, _with_ones(v)), eps).astype(v.dtype)
+
+
 def explicit_weights(phi_q, phi_k, eps, causal: bool, key_stabiliser=0.0):
     """The [B, H, Lq, Lk] matrix phi(q).phi(k) / normaliser that the linear forms above never form, for
     [B, L, H, m] features whose keys are scaled down by exp(key_stabiliser) (see `causal_linear_attention`);

@@ -1,9 +1,11 @@
 """Linear (kernelised) attention kinds: each a feature map phi with exp(q.k) replaced by phi(q).phi(k)."""
+import math
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention import feature_maps, option_checks
+from attention import feature_maps, kernel_sums, masks, option_checks
 from attention.kernelized_base import KernelizedAttention
 from attention.registry import register
 
@@ -115,6 +117,25 @@ class _ExactPolynomialAttention(KernelizedAttention):
     def features(self, x):
         return self.feature_map(_scaled_in_float32(x, self.head_dim), self.degree)
 
+    def kernel(self, s):
+        """phi(q).phi(k) as the polynomial of s = q.k / sqrt(d) it equals."""
+        raise NotImplementedError
+
+    def __call__(self, q, k, v, mask=None, *, causal=False):
+        """With fewer keys than features (the default "auto" implementation), the Lq x Lk matrix of
+        kernel(q.k / sqrt(d)) is the cheaper way to the same product phi(Q) phi(K)^T: O(Lq Lk d) against
+        O((Lq + Lk) m Dv) with m = C(d + p, p), and no [B, L, H, m] features to keep for the backward."""
+        if self.implementation != "auto" or k.shape[1] >= self.feature_dim:
+            return super().__call__(q, k, v, mask, causal=causal)
+        s = jnp.einsum("bqhd,bkhd->bhqk", _scaled_in_float32(q, self.head_dim), _scaled_in_float32(k, self.head_dim))
+        scores = self.kernel(s)
+        key_mask = masks.key_padding(mask, k.shape[0], k.shape[1])
+        if key_mask is not None:
+            scores = scores * key_mask[:, None, None, :].astype(scores.dtype)
+        if causal:
+            scores = jnp.where(masks.causal_mask(q.shape[1]), scores, 0.0)
+        return kernel_sums.explicit_attention(scores, v, self._eps(0.0))
+
 
 @register("taylor")
 class TaylorAttention(_ExactPolynomialAttention):
@@ -128,6 +149,9 @@ class TaylorAttention(_ExactPolynomialAttention):
         super().__init__(**base_options)
         self._set_degree("taylor_order", taylor_order, head_dim,
                          "a Taylor series of exp cut at an odd order is negative somewhere (1 + x < 0 for x < -1)")
+
+    def kernel(self, s):
+        return sum(s**order / math.factorial(order) for order in range(self.degree + 1))
 
 
 @register("exp_limit")
@@ -152,6 +176,9 @@ class ExpLimitAttention(_ExactPolynomialAttention):
     def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, exp_limit_n: int = 2, **base_options):
         super().__init__(**base_options)
         self._set_degree("exp_limit_n", exp_limit_n, head_dim, "(1 + x/n)^n is negative for x < -n when n is odd")
+
+    def kernel(self, s):
+        return (1 + s / self.degree) ** self.degree
 
 
 @register("cosformer")

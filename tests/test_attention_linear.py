@@ -160,6 +160,38 @@ def test_taylor_and_exp_limit_features_equal_their_closed_forms(dim, degree):
         assert jax.eval_shape(lambda x: phi(x, degree), x).shape == (5, count)
 
 
+@pytest.mark.parametrize("name, option", [("taylor", "taylor_order"), ("exp_limit", "exp_limit_n")])
+@pytest.mark.parametrize("causal", [False, True])
+def test_polynomial_kinds_take_the_explicit_matrix_below_m_keys_and_equal_their_feature_path(
+        name, option, causal, monkeypatch):
+    """With fewer keys (13) than features (m = C(4 + 4, 4) = 70 at degree 4), "auto" forms the L x L
+    polynomial of q.k and computes no features; "xla" goes through the features. Outputs and gradients
+    agree, padded and causal. Where m is at most the keys (2 dims at degree 2: m = 6), "auto" is the
+    feature path."""
+    q, k, v, key_valid = harness.inputs(seed=31)
+    q, k, v = harness.f32(q, k, v)
+    mask = harness.mask(key_valid)
+
+    def attend(implementation, q, k, v):
+        module = attention.create(name, num_heads=H, head_dim=D, rngs=nnx.Rngs(0), implementation=implementation,
+                                  **{option: 4})
+        return module(q, k, v, mask, causal=causal)
+
+    def loss(implementation):
+        return lambda q, k, v: (attend(implementation, q, k, v) ** 2).sum()
+
+    want, want_grads = attend("xla", q, k, v), jax.grad(loss("xla"), argnums=(0, 1, 2))(q, k, v)
+    cls = type(attention.create(name, num_heads=H, head_dim=D, rngs=nnx.Rngs(0)))
+    monkeypatch.setattr(cls, "features", lambda self, x: pytest.fail("features computed below m keys"))
+    got, got_grads = attend("auto", q, k, v), jax.grad(loss("auto"), argnums=(0, 1, 2))(q, k, v)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+    for got_grad, want_grad in zip(got_grads, want_grads):
+        np.testing.assert_allclose(got_grad, want_grad, rtol=1e-4, atol=1e-4)
+    narrow = attention.create(name, num_heads=H, head_dim=2, rngs=nnx.Rngs(0), **{option: 2})  # m = 6 <= 13
+    with pytest.raises(pytest.fail.Exception, match="features computed"):
+        narrow(q[..., :2], k[..., :2], v, mask, causal=causal)
+
+
 def _kernel_estimates(orthogonal, q, k, num_features, num_draws=2000):
     """phi(q).phi(k) without stabiliser, [num_draws, pairs] per number of features: one row per draw.
 
