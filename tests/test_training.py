@@ -147,6 +147,16 @@ def test_eval_py_restores_the_trained_parameters(trained, tmp_path):
     assert restored["metrics"]["loss"] == pytest.approx(result["metrics"]["loss"], rel=1e-5)
 
 
+def test_an_evaluation_without_plots_still_keeps_the_attention_example(trained, tmp_path):
+    config, workdir, _ = trained
+    copy = str(tmp_path / "copy")
+    shutil.copytree(workdir, copy, ignore=shutil.ignore_patterns("plots"))
+    config = config.copy_and_resolve_references()
+    config.eval.plots = False
+    evaluate(config, copy)
+    assert os.listdir(os.path.join(copy, "plots")) == [evaluation.ATTENTION_EXAMPLE]
+
+
 def test_a_few_training_steps_lower_the_loss(tiny_config, tmp_path):
     config = tiny_config()
     config.num_train_steps = 200  # a schedule that is still near its peak over the 30 steps below

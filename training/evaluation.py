@@ -95,8 +95,8 @@ def attention_state(model, seq_lens: dict[str, int]) -> dict:
 
 def attention_analysis(config, workdir, model, weights, query_len, key_len, tokens_q, tokens_k) -> list:
     """Rank rows of eval.json and spectra.json for `weights` (role -> [layers, B, H, Lq, Lk]) whose
-    example e is valid on [:query_len[role][e], :key_len[role][e]]; heat maps of example 0 and the
-    spectra as plots when `config.eval.plots`."""
+    example e is valid on [:query_len[role][e], :key_len[role][e]]; example 0's weights in
+    plots/attention_example.npz; its heat maps and the spectra as plots when `config.eval.plots`."""
     if not weights:  # a model without attention (the RNN baseline's lower bound)
         return []
     bounds = rank_bounds(model)
@@ -105,13 +105,14 @@ def attention_analysis(config, workdir, model, weights, query_len, key_len, toke
     spectra = {role: rank.mean_spectrum(s, query_len[role], key_len[role]) for role, s in singular_values.items()}
     atomic.write_text(os.path.join(workdir, "spectra.json"),
                       json.dumps({role: spectrum.tolist() for role, spectrum in spectra.items()}))
+    plot_dir = os.path.join(workdir, "plots")
+    # Only example 0 is drawn, so only its unpadded block leaves the device. It is kept even without
+    # plots: a study's figure of every run side by side is drawn from it.
+    first = {role: jax.device_get(w[:, 0, :, : query_len[role][0], : key_len[role][0]])
+             for role, w in weights.items()}
+    write_attention_example(os.path.join(plot_dir, ATTENTION_EXAMPLE), first, tokens_q, tokens_k)
     if config.eval.plots:
-        plot_dir = os.path.join(workdir, "plots")
-        # Only example 0 is drawn, so only its unpadded block leaves the device.
-        first = {role: jax.device_get(w[:, 0, :, : query_len[role][0], : key_len[role][0]])
-                 for role, w in weights.items()}
         plots.plot_attention_heatmaps(first, tokens_q, tokens_k, os.path.join(plot_dir, "attention.png"))
-        write_attention_example(os.path.join(plot_dir, ATTENTION_EXAMPLE), first, tokens_q, tokens_k)
         plots.plot_spectra(spectra, bounds, os.path.join(plot_dir, "spectra.png"))
     return summary
 
@@ -127,6 +128,7 @@ def write_attention_example(path: str, weights: dict, tokens_q: dict, tokens_k: 
         arrays[f"{role}{KEY_TOKENS}"] = np.asarray(tokens_k[role], str)
     buffer = io.BytesIO()
     np.savez_compressed(buffer, **arrays)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     atomic.write_bytes(path, buffer.getvalue())
 
 
