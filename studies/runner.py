@@ -159,7 +159,7 @@ def _write_report(task: str, preset: str, command: str, records: dict[str, dict]
 
 def _attention_figure(task: str, preset: str, records: dict[str, dict], runs_dir: str, out_dir: str) -> None:
     """ATTENTION_PLOT of the recorded runs whose seed 0 left its attention example on this machine; a run
-    trained elsewhere (an earlier part, on another machine) or without eval.plots is named and left out."""
+    trained elsewhere (an earlier part, on another machine) or by an older version is named and left out."""
     examples, missing = {}, []
     for name in records:
         path = os.path.join(runs_dir, task, preset, name, "seed0", "plots", evaluation.ATTENTION_EXAMPLE)
