@@ -4,6 +4,7 @@ of the first, a run is never shortened, and paths that cannot be workdirs end in
 import errno
 import os
 import shutil
+import stat
 import subprocess
 import sys
 
@@ -172,3 +173,17 @@ def test_disk_errors_are_found_inside_the_errors_that_wrap_them():
     message = atomic.disk_problem(RuntimeError("Error writing \"/runs/y/metrics\": Read-only file system"))
     assert message.startswith("/runs/y/metrics: Read-only file system")
     assert atomic.disk_problem(ValueError("shapes differ")) is None
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_atomic_writes_give_the_file_the_mode_of_an_ordinary_one(tmp_path, umask):
+    """Not mkstemp's 0600: a workdir's eval.json is read by the lab's other users, as its metrics.jsonl."""
+    previous = os.umask(umask)
+    try:
+        atomic.write_text(str(tmp_path / "eval.json"), "{}")
+        with open(tmp_path / "metrics.jsonl", "w") as f:
+            f.write("")
+    finally:
+        os.umask(previous)
+    mode = stat.S_IMODE(os.stat(tmp_path / "eval.json").st_mode)
+    assert mode == 0o666 & ~umask == stat.S_IMODE(os.stat(tmp_path / "metrics.jsonl").st_mode)

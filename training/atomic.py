@@ -25,6 +25,14 @@ def disk_message(path: str, error: OSError | None = None, reason: str = "") -> s
             f"(or make it writable, or raise `ulimit -f`), then rerun the same command")
 
 
+def _file_mode() -> int:
+    """What open() would give a new file under the process's umask (mkstemp's own is 0600, which would keep
+    a shared lab's results from its other users)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def write_text(path: str, text: str) -> None:
     """Replaces `path` by `text` atomically (see the module's docstring)."""
     write_bytes(path, text.encode("utf-8"))
@@ -39,6 +47,7 @@ def write_bytes(path: str, data: bytes) -> None:
         raise user_error(path, error) from error
     try:
         with os.fdopen(handle, "wb") as f:
+            os.fchmod(f.fileno(), _file_mode())
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
