@@ -324,7 +324,7 @@ def test_a_changed_cell_fails():
     table changed."""
     text = _read("docs/results.md")
     quotes = {quote.source: quote for quote in QUOTES}
-    for quote, old, new in ((quotes["reports/recall/kinds"], "| 0.77 ± 0.04 | 12.40 |", "| 0.77 ± 0.04 | 12.82 |"),
+    for quote, old, new in ((quotes["reports/recall/kinds"], "| 0.76 ± 0.02 | 12.36 |", "| 0.76 ± 0.02 | 12.82 |"),
                             (quotes["reports/translation/splits/report.md"], "| 0.0030 ± 0.0011 |",
                              "| 0.0031 ± 0.0011 |")):
         assert mismatches(quote, text) == []
