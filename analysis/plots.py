@@ -148,7 +148,7 @@ def plot_attention_by_run(examples: dict[str, dict[str, dict]], head: int, path:
                 ax.axis("off")
                 continue
             w = entry["weights"][layer, head]
-            # Nearest: each weight a block of pixels, not a blend of neighbours (and a PNG a third the size).
+            # Nearest: each weight a block of pixels, not a blend of neighbours (and a PNG about half the size).
             ax.imshow(w, cmap="viridis", vmin=0.0, vmax=float(w.max()) or 1.0, aspect="auto",
                       interpolation="nearest")
             ax.set_title(f"{role} L{layer} (max {w.max():.2f})", fontsize=7)

@@ -175,9 +175,17 @@ def test_disk_errors_are_found_inside_the_errors_that_wrap_them():
     assert atomic.disk_problem(ValueError("shapes differ")) is None
 
 
+def _no_proc(*args, **kwargs):
+    raise FileNotFoundError("/proc/self/status")
+
+
 @pytest.mark.parametrize("umask", [0o022, 0o077])
-def test_atomic_writes_give_the_file_the_mode_of_an_ordinary_one(tmp_path, umask):
-    """Not mkstemp's 0600: a workdir's eval.json is read by the lab's other users, as its metrics.jsonl."""
+@pytest.mark.parametrize("proc", [True, False], ids=["proc", "no_proc"])
+def test_atomic_writes_give_the_file_the_mode_of_an_ordinary_one(tmp_path, monkeypatch, umask, proc):
+    """Not mkstemp's 0600: a workdir's eval.json is read by the lab's other users, as its metrics.jsonl;
+    the umask read from /proc where there is one, else by setting it."""
+    if not proc:
+        monkeypatch.setattr(atomic, "open", _no_proc, raising=False)
     previous = os.umask(umask)
     try:
         atomic.write_text(str(tmp_path / "eval.json"), "{}")

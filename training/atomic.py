@@ -28,9 +28,19 @@ def disk_message(path: str, error: OSError | None = None, reason: str = "") -> s
 def _file_mode() -> int:
     """What open() would give a new file under the process's umask (mkstemp's own is 0600, which would keep
     a shared lab's results from its other users)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
+    return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux says it: setting it to read it would, for
+    an instant, give files other threads create (Orbax's) no mask at all."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
+    except (OSError, StopIteration):
+        umask = os.umask(0o077)  # the strictest mask for the instant it is in force
+        os.umask(umask)
+        return umask
 
 
 def write_text(path: str, text: str) -> None:
