@@ -36,6 +36,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from attention import masks
+
 STRATEGIES = ("sequential", "parallel")
 # lax.scan's unroll of the loops over chunks. XLA's cost analysis counts a loop's body once, whatever its trip
 # count: benchmarks/roofline.py (loop_aware_cost) compiles a program a second time with 2 to count one trip of
@@ -62,10 +64,6 @@ def _row_sums(x, vector):
     return (x * vector[..., None, :]).sum(-1, keepdims=True, dtype=jnp.float32)
 
 
-def _causal(size: int):
-    return jnp.tril(jnp.ones((size, size), bool))
-
-
 class Units(NamedTuple):
     """A chunk's stabiliser factors, None without a stabiliser."""
     factors: jax.Array | None  # [..., C, C]: exp(c_j - c_i) for key j <= query i, else 0
@@ -80,7 +78,7 @@ def units(stabiliser) -> Units:
         return Units(None, None, None, None)
     c, received = stabiliser
     last = c.max(-1)  # the chunk's last: c is a running max
-    factors = jnp.exp(jnp.where(_causal(c.shape[-1]), c[..., None, :] - c[..., :, None], -jnp.inf))
+    factors = jnp.exp(jnp.where(masks.causal_mask(c.shape[-1]), c[..., None, :] - c[..., :, None], -jnp.inf))
     return Units(factors, jnp.exp(received[..., None] - c)[..., None], jnp.exp(c - last[..., None])[..., None],
                  jnp.exp(received - last))
 
@@ -99,7 +97,7 @@ def carried(state, added, decay):
 
 def _causally(x, factors):
     """x [..., C, C] times the causal factors F, or causally masked where there is no stabiliser."""
-    return jnp.where(_causal(x.shape[-1]), x, 0.0) if factors is None else x * factors
+    return jnp.where(masks.causal_mask(x.shape[-1]), x, 0.0) if factors is None else x * factors
 
 
 def scores(q, k, factors):
