@@ -31,10 +31,11 @@ def _cells(line: str) -> tuple[str, ...]:
 
 
 def parse_tables(text: str) -> list[Table]:
-    """Every markdown table of `text`: its header and body rows (cells stripped, bold marks dropped)."""
+    """Every markdown table of `text`, indented ones (in a list item) too: its header and body rows (cells
+    stripped, bold marks dropped)."""
     tables, block = [], []
     for number, line in enumerate(text.splitlines() + [""], start=1):
-        if line.startswith("|"):
+        if line.lstrip().startswith("|"):
             block.append((number, line))
             continue
         if len(block) >= 2:
@@ -310,6 +311,11 @@ def mismatches(quote: Quote, text: str | None = None) -> list[str]:
 @pytest.mark.parametrize("quote", QUOTES, ids=lambda quote: f"{quote.doc}:{quote.source}:{quote.header[1]}")
 def test_quoted_table_equals_its_report(quote):
     assert mismatches(quote) == []
+
+
+def test_a_table_in_a_list_item_is_parsed():
+    (table,) = parse_tables("- a reading:\n\n  | run | accuracy |\n  |---|---:|\n  | softmax | 0.99 |\n")
+    assert (table.header, table.rows) == (("run", "accuracy"), [("softmax", "0.99")])
 
 
 def test_every_results_table_is_quoted_or_named():
