@@ -1,6 +1,9 @@
 # Every target creates .venv from requirements.txt and requirements-test.txt when it is missing or older
 # than either.
-PYTHON ?= python3
+# Python 3.12, the accelerator image's: found by scripts/find_python.sh unless named (make PYTHON=...).
+ifndef PYTHON
+PYTHON := $(shell scripts/find_python.sh)
+endif
 VENV := .venv
 PY := $(VENV)/bin/python
 CONFIG ?= configs/translation.py
@@ -15,8 +18,10 @@ PYTEST_ARGS ?=
 
 setup: $(VENV)/.installed
 
+# --clear: a venv of another Python (an older lab's 3.11) is replaced, not patched.
 $(VENV)/.installed: requirements.txt requirements-test.txt
-	$(PYTHON) -m venv $(VENV)
+	@test -n "$(PYTHON)" || { echo "make: no Python 3.12 (see above); name one with make PYTHON=..." >&2; exit 1; }
+	$(PYTHON) -m venv --clear $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt -r requirements-test.txt
 	touch $@
