@@ -60,10 +60,8 @@ def _tokenizer_path(dataset) -> str:
     if dataset.name == "text_files":
         with open(dataset.train_file, "rb") as f:
             source = os.path.join("text_files", hashlib.sha256(f.read()).hexdigest()[:16])
-    elif dataset.name == "pydoc" and dataset.corpus == "stdlib":
-        source = "pydoc_corpus"  # the path the stdlib's vocabulary had before there were other corpora
     elif dataset.name == "pydoc":
-        source = os.path.join("pydoc_corpus", dataset.corpus)
+        source = os.path.join("pydoc_corpus", text_corpus.config_name(dataset.corpus))
     else:
         source = dataset.tfds_name
     name = f"sentencepiece_{dataset.tokenizer}_{dataset.vocab_size}.model"

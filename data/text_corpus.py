@@ -1,18 +1,23 @@
-"""English text for masked language modelling, assembled from documentation that is already installed.
+"""English text for masked language modelling, assembled from installed documentation and shipped frozen.
 
 Two corpora (CORPORA), neither needing a download:
-  stdlib      every Python installation carries the docstrings of its standard library and the pydoc help
-              topics; the content depends on the Python version that builds it.
-  scientific  the docstrings of the packages requirements.txt installs (SCIENTIFIC_PACKAGES), ~6x larger;
-              the content depends on their versions, which requirements.txt pins exactly.
+  stdlib      the docstrings of Python's standard library and the pydoc help topics;
+  scientific  the docstrings of the packages requirements.txt installs (SCIENTIFIC_PACKAGES), ~6x larger.
+Both depend on the versions that hold them (a patch release of Python rewords docstrings; the accelerator
+image lacks some packages), so each was collected once (`collect_documents`) and lies frozen in the
+repository, data/corpora/<corpus>.jsonl.xz, with its provenance in data/corpora/manifest.json: every
+machine trains on the same text. `python -m scripts.freeze_corpus` collects them anew.
 """
 
 import ast
 import dataclasses
 import hashlib
+import importlib.metadata
 import importlib.util
+import json
+import lzma
+import platform
 import os
-import sys
 import sysconfig
 import warnings
 from pathlib import Path
@@ -36,7 +41,8 @@ _SKIPPED_DIRECTORIES = {"site-packages", "test", "tests", "idle_test", "__pycach
 _MIN_WORDS = 3  # shorter docstrings ("Return self.", "Constructor.") are boilerplate, not prose
 _DOCUMENTED_NODES = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
 _STATEMENT_NODES = (ast.stmt, ast.excepthandler, ast.match_case)  # what can contain a definition
-_PYTHON = "{}.{}".format(*sys.version_info[:2])
+FROZEN_DIR = Path(__file__).parent / "corpora"
+MANIFEST = FROZEN_DIR / "manifest.json"
 
 Documents = list[tuple[str, str]]
 
@@ -151,6 +157,62 @@ def _topic_docstrings():
         yield f"topic:{key}", [text.strip()]
 
 
+# --- the frozen corpora ---------------------------------------------------------------------------------
+
+
+def frozen_path(corpus: str, directory: Path = FROZEN_DIR) -> Path:
+    return directory / f"{corpus}.jsonl.xz"
+
+
+def freeze(corpus: str, directory: Path = FROZEN_DIR) -> dict:
+    """Collects `corpus` from this installation and writes it to `frozen_path`, one JSON object
+    {"name", "text"} a line, sorted by name, with its entry in the directory's manifest.json (returned)."""
+    documents = collect_documents(corpus)
+    lines = "".join(json.dumps({"name": name, "text": text}, ensure_ascii=False) + "\n" for name, text in documents)
+    data = lzma.compress(lines.encode("utf-8"), preset=9)
+    directory.mkdir(parents=True, exist_ok=True)
+    frozen_path(corpus, directory).write_bytes(data)
+    entry = {"sha256": hashlib.sha256(data).hexdigest(), "documents": len(documents),
+             "words": sum(len(text.split()) for _, text in documents),
+             "python": platform.python_version(), "packages": _versions(corpus)}
+    manifest_path = directory / MANIFEST.name
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    manifest[corpus] = entry
+    manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return entry
+
+
+def _versions(corpus: str) -> dict[str, str]:
+    """The versions the text was read from: the distributions of SCIENTIFIC_PACKAGES (none for stdlib)."""
+    if corpus == "stdlib":
+        return {}
+    distributions = importlib.metadata.packages_distributions()
+    names = sorted({name for package in SCIENTIFIC_PACKAGES for name in distributions.get(package, ())})
+    return {name: importlib.metadata.version(name) for name in names}
+
+
+def frozen_documents(corpus: str, directory: Path = FROZEN_DIR) -> Documents:
+    """(name, text) of the frozen corpus, sorted by name; its bytes checked against the manifest."""
+    _check_corpus(corpus)
+    data = frozen_path(corpus, directory).read_bytes()
+    expected = _manifest_entry(corpus, directory)["sha256"]
+    if hashlib.sha256(data).hexdigest() != expected:
+        raise ValueError(f"{frozen_path(corpus, directory)} does not match its sha256 in {MANIFEST.name}: "
+                         f"restore it (git checkout) or collect it anew (python -m scripts.freeze_corpus)")
+    rows = [json.loads(line) for line in lzma.decompress(data).decode("utf-8").splitlines()]
+    return [(row["name"], row["text"]) for row in rows]
+
+
+def _manifest_entry(corpus: str, directory: Path = FROZEN_DIR) -> dict:
+    return json.loads((directory / MANIFEST.name).read_text())[corpus]
+
+
+def config_name(corpus: str) -> str:
+    """The builder config (and so the directory) of the frozen corpus: named after its content, so that a
+    corpus collected anew is built, and its vocabulary trained, apart from the old one's files."""
+    return f"{corpus}_{_manifest_entry(corpus)['sha256'][:12]}"
+
+
 def split_of(name: str) -> str:
     """"train", "validation" or "test" (90/5/5) by a hash of the name alone, so a document keeps its split
     when others are added or removed, whatever the order they come in."""
@@ -165,29 +227,26 @@ class CorpusConfig(tfds.core.BuilderConfig):
 
 _DESCRIPTIONS = {
     "stdlib": (
-        f"English documentation of Python {sys.version_info[:2]}: docstrings of its standard-library "
-        "modules, classes and functions and its pydoc help topics, deduplicated, one document per "
-        "module or topic. Built from the running Python, so the content depends on its version."
+        "English documentation of Python: docstrings of its standard-library modules, classes and functions "
+        "and its pydoc help topics, deduplicated, one document per module or topic. Read from the frozen "
+        "copy in the repository (data/corpora/manifest.json names the Python it was collected from)."
     ),
     "scientific": (
         f"English documentation of the Python packages {', '.join(SCIENTIFIC_PACKAGES)}: docstrings of "
-        "their modules, classes and functions, deduplicated, one document per module, tests excluded. Built "
-        "from the installed packages, so the content depends on their versions (pinned by requirements.txt)."
+        "their modules, classes and functions, deduplicated, one document per module, tests excluded. Read "
+        "from the frozen copy in the repository (data/corpora/manifest.json names the versions)."
     ),
 }
 
 
 class PydocCorpus(LocalBuilder, skip_registration=True):
-    """Installed documentation, one example per document; one config per corpus (the default: stdlib)."""
+    """The frozen documentation, one example per document; one config per corpus (the default: stdlib),
+    named after the frozen file's content (config_name)."""
 
-    VERSION = tfds.core.Version("1.0.0")
-    RELEASE_NOTES = {"1.0.0": "Docstrings of stdlib modules and pydoc topics, deduplicated."}
-    # The stdlib's content follows the Python version; one config per version keeps their files apart.
-    BUILDER_CONFIGS = [
-        CorpusConfig(name=f"python{_PYTHON}", corpus="stdlib"),
-        CorpusConfig(name="scientific", corpus="scientific", release_notes={
-            "1.0.0": "Docstrings of the modules of the packages requirements.txt installs, deduplicated."}),
-    ]
+    VERSION = tfds.core.Version("2.0.0")
+    RELEASE_NOTES = {"1.0.0": "Docstrings of the installed modules, deduplicated.",
+                     "2.0.0": "Read from the corpus frozen in the repository, the same on every machine."}
+    BUILDER_CONFIGS = [CorpusConfig(name=config_name(corpus), corpus=corpus) for corpus in CORPORA]
 
     def _info(self) -> tfds.core.DatasetInfo:
         return tfds.core.DatasetInfo(
@@ -197,8 +256,8 @@ class PydocCorpus(LocalBuilder, skip_registration=True):
         )
 
     def _split_generators(self, dl_manager):
-        del dl_manager  # assembled from the local installation, nothing to download
-        documents = collect_documents(self.builder_config.corpus)
+        del dl_manager  # read from the repository, nothing to download
+        documents = frozen_documents(self.builder_config.corpus)
         return {
             split: self._generate_examples([doc for doc in documents if split_of(doc[0]) == split])
             for split in SPLITS

@@ -2,8 +2,11 @@
 their TFDS builder, the SentencePiece tokenizer."""
 
 import collections
+import importlib.metadata
 import importlib.util
 import itertools
+import json
+import lzma
 import math
 import os
 import sys
@@ -158,9 +161,9 @@ def test_split_of_is_90_5_5_and_a_function_of_the_name_alone(documents):
         "train", "validation", "test", "train"]
 
 
-def test_pydoc_corpus_builds_the_same_documents_per_split(documents, tmp_path, monkeypatch):
-    # Reusing the fixture's documents saves two stdlib parses.
-    monkeypatch.setattr(text_corpus, "collect_documents", lambda corpus: {"stdlib": documents}[corpus])
+def test_pydoc_corpus_builds_the_frozen_documents_per_split(tmp_path, monkeypatch):
+    documents = text_corpus.frozen_documents("stdlib")
+    monkeypatch.setattr(text_corpus, "collect_documents", None)  # never read live: the frozen copy is
     for split in text_corpus.SPLITS:
         expected = [text for name, text in documents if text_corpus.split_of(name) == split]
         assert text_corpus.load_documents(split, str(tmp_path / "a")) == expected
@@ -169,20 +172,48 @@ def test_pydoc_corpus_builds_the_same_documents_per_split(documents, tmp_path, m
     assert sum(s["documents"] for s in statistics.values()) == len(documents)
     with pytest.raises(ValueError, match="choose one of: train, validation, test"):
         text_corpus.load_documents("dev", str(tmp_path / "a"))
-    # Where runs prepared before there were other corpora find their files.
-    python = "python{}.{}".format(*sys.version_info[:2])
-    assert (tmp_path / "a" / "pydoc_corpus" / python / "1.0.0" / "dataset_info.json").is_file()
+    config = "stdlib_" + json.loads(text_corpus.MANIFEST.read_text())["stdlib"]["sha256"][:12]
+    assert (tmp_path / "a" / "pydoc_corpus" / config / "2.0.0" / "dataset_info.json").is_file()
+
+
+def test_a_frozen_corpus_reads_back_as_collected_and_refuses_changed_bytes(tmp_path, monkeypatch):
+    names = ("numpy.linalg._linalg", "scipy.cluster.hierarchy", "absl.testing.absltest")
+    documents = [(name, f"The documentation of {name}, in ünicode.") for name in names]
+    monkeypatch.setattr(text_corpus, "collect_documents", lambda corpus: {"scientific": documents}[corpus])
+    entry = text_corpus.freeze("scientific", tmp_path)
+    assert (entry["documents"], entry["words"]) == (3, 18)
+    assert entry["packages"]["numpy"] == importlib.metadata.version("numpy")
+    assert text_corpus.frozen_documents("scientific", tmp_path) == documents
+    path = text_corpus.frozen_path("scientific", tmp_path)
+    assert lzma.decompress(path.read_bytes()).decode().splitlines()[0] == (
+        '{"name": "numpy.linalg._linalg", "text": "The documentation of numpy.linalg._linalg, in ünicode."}')
+    path.write_bytes(lzma.compress(b'{"name": "x", "text": "y"}\n'))
+    with pytest.raises(ValueError, match="does not match its sha256 in manifest.json"):
+        text_corpus.frozen_documents("scientific", tmp_path)
+
+
+def test_the_shipped_corpora_are_the_documentation_they_claim():
+    manifest = json.loads(text_corpus.MANIFEST.read_text())
+    for corpus, must_hold in (("stdlib", {"json.decoder", "email.mime.text", "topic:assignment"}),
+                              ("scientific", {"numpy.linalg._linalg", "flax.nnx.compat", "optax"})):
+        documents = text_corpus.frozen_documents(corpus)
+        names = [name for name, _ in documents]
+        assert names == sorted(names) and len(set(names)) == len(names) and must_hold <= set(names)
+        assert (len(documents), sum(len(text.split()) for _, text in documents)) == (
+            manifest[corpus]["documents"], manifest[corpus]["words"])
+    assert manifest["scientific"]["packages"]["jax"] == importlib.metadata.version("jax")
 
 
 def test_the_scientific_corpus_builds_its_own_config_split_by_the_same_rule(tmp_path, monkeypatch):
     names = ("numpy.linalg._linalg", "scipy.cluster.hierarchy", "absl.testing.absltest")
     assert [text_corpus.split_of(name) for name in names] == ["train", "validation", "test"]
     documents = [(name, f"The documentation of {name}.") for name in names]
-    monkeypatch.setattr(text_corpus, "collect_documents", lambda corpus: {"scientific": documents}[corpus])
+    monkeypatch.setattr(text_corpus, "frozen_documents", lambda corpus: {"scientific": documents}[corpus])
     for (_, text), split in zip(documents, text_corpus.SPLITS):
         assert text_corpus.load_documents(split, str(tmp_path), "scientific") == [text]
     assert text_corpus.corpus_statistics(str(tmp_path), "scientific")["train"] == {"documents": 1, "words": 4}
-    assert sorted(path.name for path in (tmp_path / "pydoc_corpus").iterdir()) == [".config", "scientific"]
+    assert sorted(path.name for path in (tmp_path / "pydoc_corpus").iterdir()) == [
+        ".config", text_corpus.config_name("scientific")]
 
 
 # A fake site-packages: executing any of its modules would raise, so a corpus that imported one would fail.
@@ -261,12 +292,11 @@ def test_the_corpus_preset_reaches_the_corpus_and_a_vocabulary_of_its_own(monkey
     stdlib, scientific = mlm_config.get_config().dataset, mlm_config.get_config("corpus=scientific").dataset
     assert (stdlib.name, stdlib.corpus, scientific.name, scientific.corpus) == (
         "pydoc", "stdlib", "pydoc", "scientific")
-    # The stdlib's vocabulary keeps its path: runs prepared before there were other corpora reuse it.
+    # Each frozen corpus's vocabulary lies beside its dataset, in a directory named after its content.
     datasets = paths.data_dir("datasets")  # the repository's
-    assert mlm_corpus._tokenizer_path(stdlib) == os.path.join(datasets, "pydoc_corpus",
-                                                               "sentencepiece_unigram_4000.model")
-    assert mlm_corpus._tokenizer_path(scientific) == os.path.join(datasets, "pydoc_corpus", "scientific",
-                                                                   "sentencepiece_unigram_4000.model")
+    for dataset in (stdlib, scientific):
+        assert mlm_corpus._tokenizer_path(dataset) == os.path.join(
+            datasets, "pydoc_corpus", text_corpus.config_name(dataset.corpus), "sentencepiece_unigram_4000.model")
     monkeypatch.setattr(text_corpus, "load_documents", lambda *arguments: list(arguments))
     assert mlm_corpus.load_texts(scientific, "train") == ["train", datasets, "scientific"]
 
