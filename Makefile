@@ -14,7 +14,7 @@ PRESET ?= quick
 # Tests run in parallel on all cores; PYTEST_ARGS adds to them (e.g. PYTEST_ARGS="-k attention").
 PYTEST_ARGS ?=
 
-.PHONY: setup train eval test test-accelerator compare bench bench-gpu clean
+.PHONY: setup train eval test test-accelerator compare bench bench-gpu wheelhouse clean
 
 setup: $(VENV)/.installed
 
@@ -58,6 +58,11 @@ bench: setup
 GPU_CHECK_ARGS ?=
 bench-gpu: setup
 	PYTHON=$(PY) scripts/gpu_check.sh $(GPU_CHECK_ARGS)
+
+# The wheels a lent GPU machine lacks (scripts/wheelhouse.txt) in wheelhouse/, for scripts/gpu_probe.sh to
+# install there offline: carry `wheelhouse` with the working tree (docs/accelerators.md).
+wheelhouse:
+	PYTHON=$(PYTHON) scripts/wheelhouse.sh
 
 clean:
 	rm -rf runs .pytest_cache

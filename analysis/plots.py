@@ -255,3 +255,21 @@ def plot_validation_curves(records_by_run: dict[str, list[list[dict]]], metric: 
         ax.tick_params(labelsize=7)
     legend_outside(axes[1])
     return save_figure(fig, path)
+
+
+def plot_gaps_over_steps(gaps: dict[str, dict[str, list[tuple[int, float, float | None]]]], path: str) -> str:
+    """One panel per part (`gaps`: part -> run -> [(step, mean, half-width of its 95% interval)]): each
+    run's difference to its reference against step, in points, with its interval as error bars."""
+    fig, axes = plt.subplots(1, len(gaps), figsize=(4 * len(gaps), 3), layout="constrained", squeeze=False)
+    for ax, (part, runs) in zip(axes[0], gaps.items()):
+        for color, (run, points) in zip(itertools.cycle(COLORS), runs.items()):
+            steps, means, halves = zip(*points)
+            errors = [0.0 if half is None else 100 * half for half in halves]
+            ax.errorbar(steps, [100 * mean for mean in means], yerr=errors, color=color, linewidth=1, marker=".",
+                        markersize=4, capsize=2, label=run)
+        ax.axhline(0.0, color="0.5", linewidth=0.8)
+        ax.set_title(f"validation accuracy - reference's, {part} (points)", fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=7)
+    legend_outside(axes[0][-1])
+    return save_figure(fig, path)

@@ -14,7 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from analysis import plots, stats  # noqa: E402
+from analysis import plots, shape, stats  # noqa: E402
 
 # The role whose ranks a run reports: the bidirectional self-attention, where a kernelised kind's rank is
 # bounded by its features; for a model without one, its cross-attention (the RNN), bounded alike, or its
@@ -22,6 +22,7 @@ from analysis import plots, stats  # noqa: E402
 ROLES = ("encoder_self", "cross", "decoder_self")
 FEATURE_DIM_PLOT = "accuracy_vs_feature_dim.png"
 EFFECTIVE_RANK_PLOT = "accuracy_vs_effective_rank.png"
+ROW_ENTROPY_PLOT = "accuracy_vs_row_entropy.png"
 SPECTRA_PLOT = "spectra.png"
 RESULTS_JSON = "results.json"
 
@@ -61,6 +62,37 @@ def _max_numerical_rank(evals: list[dict]) -> int:
 
 def dash_if_none(value) -> str:
     return "-" if value is None else str(value)
+
+
+# The shape columns of the rank tables: eval.json's shape metrics (analysis/shape.py) and their formats.
+SHAPE_COLUMNS = {"row entropy": ("row_entropy", ".2f"), "fraction of max": ("entropy_fraction", ".3f"),
+                 "top-1": ("top1_weight", ".3f"), "top-1 > 0.5": ("top1_above_half", ".3f"),
+                 "logit spread": ("logit_spread", ".2f")}
+SHAPE_HEADER = " | ".join(SHAPE_COLUMNS) + " |"
+SHAPE_ALIGN = "---:|" * len(SHAPE_COLUMNS)
+SHAPE_NOTE = ("Row shape (docs/design.md, eval.json's `shape`) of every query row of the same matrices: its entropy "
+              "in nats, as a fraction of log(allowed keys), its largest weight, the share of rows whose largest "
+              "weight exceeds 0.5, and, for the softmax family, the std of its logits; \"-\": no value (outside "
+              "the softmax family, or an eval.json written before shapes).")
+
+
+def shape_rows(evals: list[dict], role: str | None = None, layer: int | None = None) -> list[dict]:
+    """The shape rows over every query row of `role` (default: the reported one), in `layer` if given, of
+    every seed: one per (seed, layer, head); none in an eval.json written before shapes."""
+    role = role or _role(evals[0]["attention"])
+    return [row for result in evals for row in result.get("shape", []) if row["role"] == role
+            and row["query_rows"] == shape.ALL_ROWS and layer in (None, row["layer"])]
+
+
+def _shape_mean(rows: list[dict], metric: str) -> float | None:
+    values = [row[metric] for row in rows if row[metric] is not None]
+    return float(np.mean(values)) if values else None
+
+
+def shape_cells(rows: list[dict]) -> str:
+    """The SHAPE_COLUMNS cells of shape `rows`, each a mean over them; "-" where no row has a value."""
+    return " | ".join(dash_if_none(None if (mean := _shape_mean(rows, metric)) is None else f"{mean:{spec}}")
+                      for metric, spec in SHAPE_COLUMNS.values()) + " |"
 
 
 def accuracy_table(metrics: tuple[str, ...], results: dict[str, list[dict]]) -> str:
@@ -125,7 +157,8 @@ def _yes_no(flag: bool) -> str:
 
 
 def rank_table(results: dict[str, list[dict]], head_dim: int | None = None) -> str:
-    """Ranks of each run's reported role (see ROLES) per run, means over layers, heads and seeds.
+    """Ranks and row shapes of each run's reported role (see ROLES) per run, means over layers, heads and
+    seeds.
 
     With `head_dim`, a last column says whether the mean numerical rank exceeds it: a linear attention
     whose features are as wide as the head could not reach such a rank.
@@ -133,28 +166,30 @@ def rank_table(results: dict[str, list[dict]], head_dim: int | None = None) -> s
     with_head_dim = head_dim is not None
     lines = [
         "| run | kind | seq len | numerical rank | max numerical rank | effective rank | stable rank | "
-        "rank bound | matrices over bound |" + (f" mean > head dim ({head_dim}) |" if with_head_dim else ""),
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|" + ("---|" if with_head_dim else ""),
+        f"{SHAPE_HEADER} rank bound | matrices over bound |"
+        + (f" mean > head dim ({head_dim}) |" if with_head_dim else ""),
+        f"|---|---|---:|---:|---:|---:|---:|{SHAPE_ALIGN}---:|---:|" + ("---|" if with_head_dim else ""),
     ]
     for name, evals in results.items():
         if not rank_rows(evals):  # no attention, no matrix
-            lines.append(f"| {name} | {kind_of(evals)} |" + " - |" * (7 + with_head_dim))
+            lines.append(f"| {name} | {kind_of(evals)} |" + " - |" * (7 + len(SHAPE_COLUMNS) + with_head_dim))
             continue
         lines.append(
             f"| {name} | {kind_of(evals)} | {_rank_mean(evals, 'seq_len'):g} | "
             f"{_rank_mean(evals, 'numerical_rank'):.2f} | {_max_numerical_rank(evals)} | "
             f"{_rank_mean(evals, 'effective_rank'):.2f} | {_rank_mean(evals, 'stable_rank'):.2f} | "
-            f"{dash_if_none(rank_bound(evals))} | {_over_bound(_bound_counts(name, evals))} |"
+            f"{shape_cells(shape_rows(evals))} {dash_if_none(rank_bound(evals))} | "
+            f"{_over_bound(_bound_counts(name, evals))} |"
             + (f" {_yes_no(_above_head_dim(evals, head_dim))} |" if with_head_dim else "")
         )
     return "\n".join(lines)
 
 
 def role_rank_table(results: dict[str, list[dict]]) -> str:
-    """Every attention role's ranks per run (an encoder-decoder has three), means over layers, heads,
-    analysed examples and seeds."""
-    lines = ["| run | role | kind | seq len | numerical rank | effective rank | stable rank | rank bound |",
-             "|---|---|---|---:|---:|---:|---:|---:|"]
+    """Every attention role's ranks and row shapes per run (an encoder-decoder has three), means over layers,
+    heads, analysed examples and seeds."""
+    lines = [f"| run | role | kind | seq len | numerical rank | effective rank | stable rank | {SHAPE_HEADER} "
+             "rank bound |", f"|---|---|---|---:|---:|---:|---:|{SHAPE_ALIGN}---:|"]
     for name, evals in results.items():
         for role in (role for role in ROLES if role in evals[0]["attention"]):
             rows = rank_rows(evals, role)
@@ -163,7 +198,8 @@ def role_rank_table(results: dict[str, list[dict]]) -> str:
                         ("seq_len", "numerical_rank", "effective_rank", "stable_rank")}
                 lines.append(f"| {name} | {role} | {evals[0]['attention'][role]} | {mean['seq_len']:g} | "
                              f"{mean['numerical_rank']:.2f} | {mean['effective_rank']:.2f} | "
-                             f"{mean['stable_rank']:.2f} | {dash_if_none(rows[0]['rank_bound'])} |")
+                             f"{mean['stable_rank']:.2f} | {shape_cells(shape_rows(evals, role))} "
+                             f"{dash_if_none(rows[0]['rank_bound'])} |")
     return "\n".join(lines)
 
 
@@ -176,13 +212,15 @@ def layer_ranks(evals: list[dict]) -> dict[int, dict]:
 
 
 def layer_rank_table(results: dict[str, list[dict]]) -> str:
-    """Each layer's ranks of each run's reported role (see ROLES), means over heads, analysed examples and
-    seeds: every layer of every run, none chosen per run."""
-    lines = ["| run | kind | layer | numerical rank | effective rank | stable rank |", "|---|---|---:|---:|---:|---:|"]
+    """Each layer's ranks and row shapes of each run's reported role (see ROLES), means over heads, analysed
+    examples and seeds: every layer of every run, none chosen per run."""
+    lines = [f"| run | kind | layer | numerical rank | effective rank | stable rank | {SHAPE_HEADER}",
+             f"|---|---|---:|---:|---:|---:|{SHAPE_ALIGN}"]
     for name, evals in results.items():
         for layer, mean in layer_ranks(evals).items():
             lines.append(f"| {name} | {kind_of(evals)} | {layer} | {mean['numerical_rank']:.2f} | "
-                         f"{mean['effective_rank']:.2f} | {mean['stable_rank']:.2f} |")
+                         f"{mean['effective_rank']:.2f} | {mean['stable_rank']:.2f} | "
+                         f"{shape_cells(shape_rows(evals, layer=layer))}")
     return "\n".join(lines)
 
 
@@ -260,6 +298,32 @@ def plot_accuracy_vs_effective_rank(metrics: tuple[str, ...], results: dict[str,
     return plots.save_figure(fig, path)
 
 
+def _seed_entropy(result: dict, role: str, layer: int | None) -> float | None:
+    """One seed's mean row entropy of `role` over the heads of `layer` (None: of every layer)."""
+    return _shape_mean(shape_rows([result], role, layer), "row_entropy")
+
+
+def plot_accuracy_vs_row_entropy(metrics: tuple[str, ...], results: dict[str, list[dict]], path: str,
+                                 levels: dict[str, float] | None = None) -> str:
+    """Headline metric against the mean row entropy of the reported role, in layer 0 (left) and over every
+    layer (right): a point per seed, a colour per run; runs whose eval.json has no shape rows are left out."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True, layout="constrained")
+    for ax, layer in zip(axes, (0, None)):
+        ax.set_prop_cycle(color=plots.COLORS)
+        for name, evals in results.items():
+            role = _role(evals[0]["attention"])
+            points = [(entropy, result["metrics"][metrics[0]]) for result in evals
+                      if (entropy := _seed_entropy(result, role, layer)) is not None]
+            if points:
+                ax.plot(*zip(*points), marker="o", linestyle="none", label=name)
+        draw_baselines(ax, results, levels)
+        ax.set_xlabel(f"row entropy, nats ({'layer 0' if layer == 0 else 'mean over layers'}, heads)")
+    axes[0].set_ylabel(metrics[0])
+    plots.legend_outside(axes[1])
+    fig.suptitle("one point per seed", fontsize=8)
+    return plots.save_figure(fig, path)
+
+
 def plot_spectra_by_run(results: dict[str, list[dict]], spectra: dict[str, dict], path: str) -> str:
     """Layer-0 spectrum of the reported role of every run in `spectra`, log scale, a dotted line at each
     rank bound below the spectra's length (a bound at or above the sequence length cannot bind)."""
@@ -291,6 +355,9 @@ def rank_study_sections(metrics: tuple[str, ...], results: dict[str, list[dict]]
     plot_accuracy_vs_effective_rank(metrics, results, os.path.join(out_dir, EFFECTIVE_RANK_PLOT), levels)
     images = [(f"{metrics[0]} against feature dim", FEATURE_DIM_PLOT),
               (f"{metrics[0]} against effective rank", EFFECTIVE_RANK_PLOT)]
+    if any(shape_rows(evals) for evals in results.values()):  # eval.json written before shapes has none
+        plot_accuracy_vs_row_entropy(metrics, results, os.path.join(out_dir, ROW_ENTROPY_PLOT), levels)
+        images.append((f"{metrics[0]} against row entropy", ROW_ENTROPY_PLOT))
     if spectra:
         plot_spectra_by_run(results, spectra, os.path.join(out_dir, SPECTRA_PLOT))
         images.append(("layer-0 singular values", SPECTRA_PLOT))
@@ -303,11 +370,11 @@ def rank_study_sections(metrics: tuple[str, ...], results: dict[str, list[dict]]
         "heads and seeds of each run; each matrix's ranks are means over the analysed examples (docs/design.md). "
         "\"matrices over bound\": of the matrices of every layer, head, analysed example and seed, those whose "
         "numerical rank exceeds the kind's rank bound; \"cannot bind\": the bound is at least the shorter side "
-        "of every matrix.",
+        "of every matrix. " + SHAPE_NOTE,
         rank_table(results, head_dim),
         rank_note(results, head_dim),
-        "## Attention rank by layer\n\nThe reported role's ranks in each layer (the table above averages "
-        "them, the same for every run), means over heads, analysed examples and seeds.",
+        "## Attention rank by layer\n\nThe reported role's ranks and row shapes in each layer (the table above "
+        "averages them, the same for every run), means over heads, analysed examples and seeds.",
         layer_rank_table(results),
         *(["## Attention rank by role\n\nEvery role of each run, means over layers, heads, analysed examples "
            "and seeds; a causal role has no bound (its triangular mask lifts it).", role_rank_table(results)]

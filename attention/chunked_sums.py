@@ -238,7 +238,7 @@ class Chunks(NamedTuple):
                 jnp.zeros((groups, width), jnp.float32))
 
 
-# --- one step of each pass over chunks (the sequential strategy's, and the Pallas kernels' of linear_pallas.py) -
+# --- one step of each pass over chunks (the sequential strategy's; the gradients also the Pallas kernels') ----
 
 
 def forward_step(state, q, k, v, eps, stabiliser):
@@ -248,12 +248,25 @@ def forward_step(state, q, k, v, eps, stabiliser):
     return carried(state, chunk_state(k, v, unit), unit.decay), out, denominator
 
 
-def query_step(state, q, k, v, out_cotangent, denominator, stabiliser):
-    """(the state after the chunk, its dq, its D's cotangent) in float32, given the state it received."""
-    unit = units(stabiliser)
+def query_gradients(state, q, k, v, out_cotangent, denominator, unit: Units):
+    """(dq, D's cotangent, the chunk's Cotangents) in float32 of a chunk that received `state`."""
     parts = cotangents(q, k, v, out_cotangent, denominator, unit)
     by_state, normaliser = normaliser_cotangent(q, parts, denominator, state[0], unit)
     dq = query_gradient(k, state[1], by_state, normaliser, score_cotangent(parts, normaliser, unit), unit)
+    return dq, normaliser, parts
+
+
+def key_gradients(cotangent, q, k, v, out_cotangent, denominator, normaliser, unit: Units):
+    """(dk, dv, the chunk's Cotangents) in float32, given the cotangent of the state the chunk passes on."""
+    parts = cotangents(q, k, v, out_cotangent, denominator, unit)
+    dk, dv = key_value_gradients(q, k, v, parts, score_cotangent(parts, normaliser, unit), cotangent, unit)
+    return dk, dv, parts
+
+
+def query_step(state, q, k, v, out_cotangent, denominator, stabiliser):
+    """(the state after the chunk, its dq, its D's cotangent) in float32, given the state it received."""
+    unit = units(stabiliser)
+    dq, normaliser, _ = query_gradients(state, q, k, v, out_cotangent, denominator, unit)
     return carried(state, chunk_state(k, v, unit), unit.decay), dq, normaliser
 
 
@@ -261,8 +274,7 @@ def key_step(cotangent, q, k, v, out_cotangent, denominator, normaliser, stabili
     """(the cotangent of the state the chunk received, its dk, its dv) in float32, given the cotangent of the
     state it passes on (a pass in reverse)."""
     unit = units(stabiliser)
-    parts = cotangents(q, k, v, out_cotangent, denominator, unit)
-    dk, dv = key_value_gradients(q, k, v, parts, score_cotangent(parts, normaliser, unit), cotangent, unit)
+    dk, dv, parts = key_gradients(cotangent, q, k, v, out_cotangent, denominator, normaliser, unit)
     return carried(cotangent, state_cotangent(q, parts, normaliser, unit), unit.decay), dk, dv
 
 

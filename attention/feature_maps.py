@@ -150,14 +150,15 @@ def cosformer_features(x, positions, max_len: int):
     return jnp.concatenate([relu * jnp.cos(angle), relu * jnp.sin(angle)], axis=-1).astype(x.dtype)
 
 
-def hedgehog_features(x, weight):
-    """softmax over the last axis of [x W, -x W] -> [B, L, H, 2d'], for x [B, L, H, d], W [H, d, d'].
+def hedgehog_features(x, weight, logit_scale: float = 1.0):
+    """softmax over the last axis of logit_scale [x W, -x W] -> [B, L, H, 2d'], for x [B, L, H, d], W [H, d, d'].
 
     The softmax makes phi positive and spiky like exp(q.k), which a learned W can then imitate
-    (Zhang et al. 2024); the -xW half lets it respond to negative projections too.
+    (Zhang et al. 2024); the -xW half lets it respond to negative projections too. `logit_scale` multiplies
+    the softmax's logits: a spikier map from the same W (the paper's code multiplies them by 2).
     """
     # The projection and its softmax in float32, rounded once at the end. float32 operands rather than
     # preferred_element_type: XLA's CPU backend has no bfloat16 x bfloat16 -> float32 kernel for this
     # layout, and products of bfloat16 numbers are exact in float32 all the same.
-    projected = jnp.einsum("...hd,hde->...he", in_float32(x), in_float32(weight))
+    projected = logit_scale * jnp.einsum("...hd,hde->...he", in_float32(x), in_float32(weight))
     return jax.nn.softmax(jnp.concatenate([projected, -projected], axis=-1), axis=-1).astype(x.dtype)

@@ -8,10 +8,11 @@ positions, quadratic inside a chunk and through the states of the chunks before 
 `implementation` (the kinds' option) picks who computes them: "xla", the custom-VJP sums of
 attention/chunked_sums.py; "pallas", the kernels of attention/linear_pallas.py (causal: bidirectional
 attention is two matmuls and stays on "xla"; off a GPU in interpret mode, for tests); "auto", the kernels
-where they compile (a GPU, widths they take), else "xla"; and "autodiff", the former path below (XLA's
-autodiff of the chunked sums, the normaliser a column of ones appended to v, every chunk state, its prefix
-sum and shifted copy stored for the backward), kept as the reference that tests/test_linear_paths.py and
-`python -m scripts.bench_linear_paths` (benchmarks/linear_paths.py) compare the others with.
+where they compile (a GPU, widths and chunks they take within its shared memory), else "xla"; and
+"autodiff", the former path below (XLA's autodiff of the chunked sums, the normaliser a column of ones
+appended to v, every chunk state, its prefix sum and shifted copy stored for the backward), kept as the
+reference that tests/test_linear_paths.py and `python -m scripts.bench_linear_paths`
+(benchmarks/linear_paths.py) compare the others with.
 
 Mixed precision: with bfloat16 (or float16) inputs, every sum of products (the states, their prefix
 sums, the scores, the normaliser) accumulates and stays in float32, and so does the division; only the
@@ -148,20 +149,22 @@ def causal_linear_attention(phi_q, phi_k, v, eps, chunk_size: int, key_stabilise
         return autodiff_causal_linear_attention(phi_q, phi_k, v, eps, chunk, key_stabiliser)
     stabiliser = None if jnp.ndim(key_stabiliser) == 0 else key_stabiliser
     eps = jnp.asarray(eps, jnp.float32)
-    if _by_kernels(implementation, platform, phi_q.shape[-1], v.shape[-1], chunk):
+    if _by_kernels(implementation, platform, phi_q.shape[-1], v.shape[-1], chunk, phi_q.dtype):
         return linear_pallas.causal_sums(phi_q, phi_k, v, eps, stabiliser, chunk, platform != "gpu")
     return chunked_sums.causal_sums(phi_q, phi_k, v, eps, stabiliser, chunk, chunking.strategy_for(platform, length))
 
 
-def _by_kernels(implementation: str, platform: str, feature_dim: int, value_dim: int, chunk: int) -> bool:
+def _by_kernels(implementation: str, platform: str, feature_dim: int, value_dim: int, chunk: int, dtype) -> bool:
     """Whether the Pallas kernels compute the causal sums: for "pallas" (in interpret mode off a GPU; refused
-    on a GPU where they cannot compile), and for "auto" where they compile."""
+    on a GPU where they cannot compile, and anywhere without Pallas's Triton backend), and for "auto" where
+    they compile."""
     if implementation not in ("auto", "pallas"):
         return False
-    reason = linear_pallas.unsupported(platform, feature_dim, value_dim, chunk)
-    if implementation == "pallas" and platform == "gpu" and reason is not None:
+    reason = linear_pallas.unsupported(platform, feature_dim, value_dim, chunk, dtype)
+    interpreted = platform != "gpu" and not linear_pallas.UNAVAILABLE
+    if implementation == "pallas" and reason is not None and not interpreted:
         raise ValueError(f"attention.implementation='pallas' cannot run here: {reason}")
-    return implementation == "pallas" or reason is None
+    return reason is None or (implementation == "pallas" and interpreted)
 
 
 def explicit_attention(scores, v, eps):

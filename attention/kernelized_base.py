@@ -29,6 +29,7 @@ class KernelizedAttention(nnx.Module):
     (attention/registry.py reads them from here)."""
 
     feature_dim: int
+    incremental = True  # row i depends on the queries up to i alone: see ScoreAttention.incremental
 
     def __init__(self, *, eps: float = 1e-6, chunk_size: int = 64, implementation: str = "auto"):
         option_checks.positive("eps", eps, "it keeps the normaliser away from 0")

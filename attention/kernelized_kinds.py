@@ -5,9 +5,10 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention import feature_maps, kernel_sums, masks, option_checks
+from attention import aux_losses, feature_maps, kernel_sums, masks, option_checks
 from attention.kernelized_base import KernelizedAttention
 from attention.registry import register
+from attention.score_base import dot_scores, masked_softmax
 
 
 def _scaled_in_float32(x, head_dim: int):
@@ -195,15 +196,51 @@ class CosformerAttention(KernelizedAttention):
         return feature_maps.cosformer_features(x, positions, max_len), 0.0
 
 
+def attention_matching_loss(teacher, student):
+    """KL(teacher || student) of each row of two [B, H, Lq, Lk] attention matrices, averaged over the rows
+    where the teacher attends to some key, the heads and the batch: the paper's soft cross-entropy less the
+    teacher's entropy, which carries no gradient to the student, so that a perfect match scores 0."""
+    # The floor keeps log finite where a student weight underflows; such a key's term is then large, not inf.
+    log_student = jnp.log(jnp.maximum(student, jnp.finfo(jnp.float32).tiny))
+    row_divergence = (jax.scipy.special.xlogy(teacher, teacher) - teacher * log_student).sum(-1)
+    rows = teacher.sum(-1) > 0
+    return jnp.where(rows, row_divergence, 0.0).sum() / jnp.maximum(rows.sum(), 1)
+
+
 @register("hedgehog")
 class HedgehogAttention(KernelizedAttention):
-    """Hedgehog (Zhang et al. 2024): phi = softmax([xW, -xW]) with a learned W per head, initialised to
-    the identity, so that training can make linear attention as spiky as softmax."""
+    """Hedgehog (Zhang et al. 2024): phi = softmax(s [xW, -xW]) with a learned W per head, initialised to
+    the identity, so that training can make linear attention as spiky as softmax; s is `hedgehog_logit_scale`.
 
-    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, **base_options):
+    With `distill_weight` > 0 the kind is also trained to imitate softmax, as the paper fits its map: each
+    training call adds distill_weight times attention_matching_loss(softmax(q.k / sqrt(d)) under the same
+    mask, held constant, its own weights) to the training loss (attention/aux_losses.py), jointly with the
+    task from the first step (the paper's separate first stage, fitting the map alone, is not built). That
+    loss forms the Lq x Lk matrices, O(L^2) like softmax, in training only."""
+
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, distill_weight: float = 0.0,
+                 hedgehog_logit_scale: float = 1.0, **base_options):
         super().__init__(**base_options)
+        option_checks.non_negative("distill_weight", distill_weight, "0: no distillation")
+        option_checks.positive("hedgehog_logit_scale", hedgehog_logit_scale, "it multiplies the feature map's logits")
         self.feature_dim = 2 * head_dim
         self.weight = nnx.Param(jnp.tile(jnp.eye(head_dim), (num_heads, 1, 1)))
+        self.distill_weight = distill_weight
+        self.logit_scale = hedgehog_logit_scale
+        # nnx's train() sets it False and eval() True, as on nnx.Dropout: the distillation loss is computed in
+        # training only. True until train(), so that a model built and called directly adds no loss term.
+        self.deterministic = True
 
     def features(self, x):
-        return feature_maps.hedgehog_features(x, self.weight[...])
+        return feature_maps.hedgehog_features(x, self.weight[...], self.logit_scale)
+
+    def distillation_loss(self, q, k, mask=None, *, causal=False):
+        """attention_matching_loss of softmax's weights on q and k, a constant, and this kind's."""
+        allowed = masks.combine(mask, causal, q.shape[1], k.shape[1])
+        teacher = masked_softmax(dot_scores(q, k, q.shape[-1] ** -0.5), allowed)
+        return attention_matching_loss(jax.lax.stop_gradient(teacher), self.weights(q, k, mask, causal=causal))
+
+    def __call__(self, q, k, v, mask=None, *, causal=False):
+        if self.distill_weight and not self.deterministic:
+            aux_losses.add(self, self.distill_weight * self.distillation_loss(q, k, mask, causal=causal))
+        return super().__call__(q, k, v, mask, causal=causal)

@@ -22,6 +22,11 @@ def positive(option: str, value, why: str = "") -> None:
         _refuse(option, value, "a number > 0", why)
 
 
+def non_negative(option: str, value, why: str = "") -> None:
+    if not (_is_number(value, numbers.Real) and value >= 0):
+        _refuse(option, value, "a number >= 0", why)
+
+
 def fraction(option: str, value) -> None:
     """A share of something (a dropout rate): in [0, 1)."""
     if not (_is_number(value, numbers.Real) and 0 <= value < 1):

@@ -45,6 +45,12 @@ class ScoreAttention(nnx.Module):
     """
 
     feature_dim = None  # a softmax over scores has no finite feature map: the matrix is not rank-bounded
+    # Row i of the weights depends on the queries up to i alone, so the kind can attend causally and decode one
+    # position at a time (init_cache, decode_step, init_memory, attend_memory). A kind whose rows depend on
+    # every query (softmax_rank's projection, attention/low_rank.py) sets it False: it refuses causal=True and
+    # those methods, training/validate.py keeps it out of causal and decoded roles, and the kind contract
+    # (tests/kind_harness.py) checks those refusals in place of its causal and decoding tests.
+    incremental = True
 
     def __init__(self, *, rngs: nnx.Rngs, dropout_rate: float = 0.0):
         option_checks.fraction("dropout_rate", dropout_rate)

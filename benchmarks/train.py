@@ -1,6 +1,7 @@
 """Training speed of whole configs: time per step, tokens/s and achieved FLOP/s against a dense matmul's,
 measured in one run: the measurement and report of `python -m scripts.bench_train`, whose docstring (its
 --help) states the method."""
+import ast
 import importlib
 import os
 import time
@@ -18,14 +19,45 @@ from training import sharding, steps, validate
 BATCH_SOURCES = ("fixed", "host", "prefetch")
 
 
-def load_config(spec: str):
-    """The config of `configs/<task>.py[:presets]`."""
+def parse_overrides(text: str) -> dict:
+    """--overrides, `field=value,...`, as {field: value}: a value that reads as a Python literal (512, 3e-3,
+    True) is that literal, any other (bfloat16) a string."""
+    overrides = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        field, separator, value = item.partition("=")
+        if not separator or not field:
+            raise SystemExit(f"--overrides: {item!r} is not field=value")
+        try:
+            overrides[field] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            overrides[field] = value
+    return overrides
+
+
+def _override(config, field: str, value) -> None:
+    *parents, leaf = field.split(".")
+    node = config
+    try:
+        for parent in parents:
+            node = node[parent]
+        node[leaf]  # noqa: B018 - an override changes a field of the config; it adds none
+        node[leaf] = value
+    except KeyError:
+        raise SystemExit(f"--overrides: {field}: no such field of the config") from None
+    except TypeError as error:  # ml_collections' own: the value's type against the field's
+        raise SystemExit(f"--overrides: {field}: {error}") from None
+
+
+def load_config(spec: str, overrides: dict | None = None):
+    """The config of `configs/<task>.py[:presets]`, with `overrides` ({field: value}) set after the presets."""
     path, _, arg = spec.partition(":")
     directory, task = os.path.split(os.path.splitext(path)[0])
     if directory != "configs" or task not in tasks.names():
         raise SystemExit(f"--configs: {path!r} is not a task's config: configs/<task>.py, task one of "
                          f"{', '.join(tasks.names())}")
     config = importlib.import_module(f"configs.{task}").get_config(arg or None)
+    for field, value in (overrides or {}).items():
+        _override(config, field, value)
     config.wandb.mode = "disabled"
     validate.validate(config)
     return config
@@ -34,9 +66,9 @@ def load_config(spec: str):
 class Bench:
     """One config's compiled train step, its batches and its state, ready to time."""
 
-    def __init__(self, spec: str, workdir: str):
+    def __init__(self, spec: str, workdir: str, overrides: dict | None = None):
         self.spec = spec
-        config = load_config(spec)
+        config = load_config(spec, overrides)
         task = tasks.get(config.task)
         data = task.prepare_data(config, workdir)
         optimizer = steps.create_optimizer(config)
@@ -82,12 +114,13 @@ def matmul_flops_per_sec(size: int = 1024, repeats: int = 20) -> float:
     return 2 * size**3 * repeats / (time.perf_counter() - started)
 
 
-def measure(specs: list[str], sources: list[str], rounds: int, steps_per_round: int, workdir: str) -> dict:
+def measure(specs: list[str], sources: list[str], rounds: int, steps_per_round: int, workdir: str,
+            overrides: dict | None = None) -> dict:
     os.makedirs(workdir, exist_ok=True)
     benches = []
     for spec in specs:
         print(f"compiling {spec} ...", flush=True)
-        benches.append(Bench(spec, workdir))
+        benches.append(Bench(spec, workdir, overrides))
         for source in sources:  # device batches are committed to the mesh: the step compiles for them too
             benches[-1].run(2, source)
     times = {(bench.spec, source): [] for bench in benches for source in sources}
@@ -111,7 +144,7 @@ def measure(specs: list[str], sources: list[str], rounds: int, steps_per_round: 
                          "fraction_of_matmul": None if achieved is None else achieved / matmul,
                          "ms_per_step_rounds": [1e3 * t for t in times[bench.spec, source]]})
     return {"machine": machine(matmul_precision=False), "matmul_flops_per_sec": matmul, "rounds": rounds,
-            "steps_per_round": steps_per_round, "configs": rows}
+            "steps_per_round": steps_per_round, "overrides": overrides or {}, "configs": rows}
 
 
 def table(result: dict) -> str:
@@ -127,6 +160,9 @@ def table(result: dict) -> str:
                      f"{fraction} |")
     lines.append(f"\nDense float32 1024x1024 matmul in the same run: "
                  f"{result['matmul_flops_per_sec'] / 1e9:.1f} GFLOP/s.")
+    if overrides := result.get("overrides"):  # absent from the JSON of runs before --overrides
+        lines.append("Every config with " + ", ".join(f"`{field}={value}`" for field, value in overrides.items())
+                     + ".")
     return "\n".join(lines)
 
 
@@ -137,7 +173,8 @@ def run(options) -> dict:
     sources = options.batches.split(",")
     if unknown := sorted(set(sources) - set(BATCH_SOURCES)):
         raise SystemExit(f"--batches: {', '.join(unknown)} not one of {', '.join(BATCH_SOURCES)}")
-    result = measure(options.configs.split(","), sources, options.rounds, options.steps_per_round, options.workdir)
+    result = measure(options.configs.split(","), sources, options.rounds, options.steps_per_round, options.workdir,
+                     parse_overrides(options.overrides))
     paths = write_reports(result, options.out, "train", lambda measured: table(measured) + "\n")
     print(table(result))
     print(f"written: {paths[0]}, train.md")

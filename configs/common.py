@@ -35,7 +35,8 @@ def base_config(task: str) -> ml_collections.ConfigDict:
     config.model.dropout_rate = 0.0
     config.model.positions = "sinusoidal"  # or "learned"
     config.model.qk_head_dim = 0  # width of each head's queries and keys; 0: d_model / num_heads
-    config.model.conv_kernel = 0  # a causal depthwise convolution before each self-attention; 0: none
+    config.model.conv_kernel = 0  # a depthwise convolution before each self-attention; 0: none
+    config.model.conv_centered = False  # that convolution two-sided (odd conv_kernel); bidirectional roles only
 
     config.attention = attention_config()
     config.dataset = ml_collections.ConfigDict()  # the task's: its name, split and sizes

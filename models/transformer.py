@@ -27,7 +27,8 @@ class TransformerSpec:
     positions: str = "sinusoidal"  # or "learned"
     tied_embeddings: bool = True
     qk_head_dim: int = 0  # width of each head's queries and keys; 0: d_model / num_heads, as the values
-    conv_kernel: int = 0  # self-attention blocks of an Encoder: a causal depthwise convolution first; 0: none
+    conv_kernel: int = 0  # self-attention blocks of an Encoder: a depthwise convolution first; 0: none
+    conv_centered: bool = False  # that convolution two-sided (odd conv_kernel), for a bidirectional role only
     attention: dict = dataclasses.field(default_factory=lambda: dict.fromkeys(ROLES, "softmax"))
     attention_options: dict = dataclasses.field(default_factory=dict)  # kind name -> its options
 
@@ -75,25 +76,35 @@ class Embedder(nnx.Module):
 
 
 class ShortConvolution(nnx.Module):
-    """Causal depthwise convolution over positions, [B, L, D] -> [B, L, D]: y_t = b + sum_j w_j * x_(t-j)
-    per channel for j < kernel_size, zero before the first position.
+    """Depthwise convolution over positions, [B, L, D] -> [B, L, D], zero beyond the sequence's ends.
+    Causal: y_t = b + sum_j w_j * x_(t-j) for j < kernel_size. Centred (an odd kernel_size = 2c + 1):
+    y_t = b + sum_j w_j * x_(t+c-j), the c positions on each side.
 
-    Placed before self-attention (as Based and Zoology do), it lets each position carry its predecessors,
+    Placed before self-attention (as Based and Zoology do), it lets each position carry its neighbours,
     so that "attend to the token that followed an earlier copy of me" (associative recall's induction
-    step) takes one attention layer instead of two. Weights start as PyTorch's Conv1d does,
-    U(+-1/sqrt(kernel_size)).
+    step) takes one attention layer instead of two. In a bidirectional encoder the causal form hands each
+    position its left neighbours only and leaves the right ones to attention; the centred form hands both.
+    Weights start as PyTorch's Conv1d does, U(+-1/sqrt(kernel_size)).
     """
 
-    def __init__(self, d_model: int, kernel_size: int, *, rngs: nnx.Rngs):
+    def __init__(self, d_model: int, kernel_size: int, *, rngs: nnx.Rngs, centered: bool = False):
+        if centered and kernel_size % 2 == 0:
+            raise ValueError(f"a centred convolution needs an odd kernel size, not {kernel_size}")
         bound = kernel_size**-0.5
         self.kernel = nnx.Param(
             jax.random.uniform(rngs.params(), (kernel_size, d_model), minval=-bound, maxval=bound))
         self.bias = nnx.Param(jnp.zeros((d_model,)))
+        self.centered = centered
 
-    def __call__(self, x):
+    def __call__(self, x, valid=None):
+        """valid [B, L]: the real positions. A centred convolution would read the padding after a sequence
+        into its last positions, so padded inputs count as zeros (a causal one never reads later positions)."""
         kernel = self.kernel[...]
         size, length = kernel.shape[0], x.shape[1]
-        padded = jnp.pad(x, ((0, 0), (size - 1, 0), (0, 0)))
+        if self.centered and valid is not None:
+            x = jnp.where(valid[..., None], x, 0)
+        after = size // 2 if self.centered else 0
+        padded = jnp.pad(x, ((0, 0), (size - 1 - after, after), (0, 0)))
         # One shifted copy per tap (a few), not a loop over positions.
         taps = [kernel[j] * padded[:, size - 1 - j : size - 1 - j + length] for j in range(size)]
         return sum(taps) + self.bias[...]
@@ -154,15 +165,17 @@ class EncoderBlock(nnx.Module):
         # parameters after each Dropout's fork of it, so the order decides a model's initial values.
         self.self_attention = _attention(spec, role, rngs)
         self.causal = role in CAUSAL_ROLES
-        self.convolution = (ShortConvolution(spec.d_model, spec.conv_kernel, rngs=rngs) if spec.conv_kernel
-                            else None)
+        if spec.conv_centered and self.causal:
+            raise ValueError(f"a centred convolution reads later positions: not in the causal role {role}")
+        self.convolution = (ShortConvolution(spec.d_model, spec.conv_kernel, rngs=rngs,
+                                             centered=spec.conv_centered) if spec.conv_kernel else None)
         self.feed_forward = _feed_forward(spec, rngs)
         self.attention_branch = Residual(spec, rngs=rngs)
         self.feed_forward_branch = _residual_if(self.feed_forward, spec, rngs)
 
     def _attend(self, h, mask):
         if self.convolution is not None:
-            h = self.convolution(h)
+            h = self.convolution(h, masks.key_padding(mask, *h.shape[:2]))
         return self.self_attention(h, h, mask, causal=self.causal)
 
     def __call__(self, x, mask):

@@ -3,6 +3,7 @@
   python -m scripts.bench_train                                   # Transformer vs RNN on SCAN, MLM
   python -m scripts.bench_train --configs=configs/translation.py,configs/translation.py:rnn --rounds=7
   python -m scripts.bench_train --batches=host,prefetch           # the input pipeline's cost
+  python -m scripts.bench_train --configs=configs/mlm.py --overrides=dataset.seq_len=512,compute_dtype=bfloat16
 
 Each config's jitted train step is compiled once, then timed in rounds that alternate between the
 configs, so that noise from a shared machine falls on all of them alike; a config's time is its median
@@ -21,6 +22,9 @@ from scripts import command_line
 FLAGS = flags.FlagValues()
 flags.DEFINE_string("configs", "configs/translation.py,configs/translation.py:rnn,configs/mlm.py",
                     "comma-separated FILE[:PRESETS]", flag_values=FLAGS)
+flags.DEFINE_string("overrides", "", "comma-separated field=value set on every config after its presets, as "
+                    "train.py's --config.<field>=<value> (a value that is no Python literal is a string)",
+                    flag_values=FLAGS)
 flags.DEFINE_string("batches", "fixed", f"comma-separated, of {', '.join(BATCH_SOURCES)}", flag_values=FLAGS)
 flags.DEFINE_integer("rounds", 5, "timing rounds; a config's time is its median round", flag_values=FLAGS)
 flags.DEFINE_integer("steps_per_round", 20, "train steps per config in a round", flag_values=FLAGS)

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Everything worth measuring on an accelerator, in one command, every report under one directory:
+# Everything worth measuring on an accelerator of one's own (tens of minutes, 30-odd files five folders
+# deep), in one command, every report under one directory. On a lent machine (minutes, 8 files back) run
+# scripts/gpu_probe.sh instead, the one-shot check for it. This one measures:
 # jax.devices(); the accelerator tests (make test-accelerator); a short bfloat16 training run and the
 # runtime block of its config.json; bench_attention.py in float32 (--implementation=auto) and in
 # bfloat16 (auto and xla), unmasked and with key padding, lengths up to 65,536; the causal chunk sweep

@@ -116,10 +116,13 @@ def pick_record(metric: str, pick: Pick, workdirs: list[str]) -> dict | None:
 
 
 def labelled_results(records: dict[str, dict]) -> dict[str, list[dict]]:
-    """Each run's seeds' results, each naming under "selected" the value its run picked on validation."""
+    """Each run's seeds' results, each naming under "selected" the value its run picked on validation and
+    holding its periodic evaluations under "validation_curve" (for the reports' readings over steps)."""
     def selected(record):
         return {"selected": f"{record['pick']['field']}={record['pick']['chosen']}"} if record.get("pick") else {}
-    return {name: [{**result, **selected(record)} for result in record["results"]] for name, record in records.items()}
+    return {name: [{**result, **selected(record), "validation_curve": curve}
+                   for result, curve in zip(record["results"], record["curves"])]
+            for name, record in records.items()}
 
 
 def head_dim(results: dict[str, list[dict]]) -> int | None:

@@ -93,8 +93,8 @@ def summarize(sums: dict) -> dict:
 
 
 def evaluate_model(config, workdir: str, model, data: ListOpsData, step: int) -> dict:
-    """Accuracy on the whole `dataset.split` split, attention ranks of test examples and state sizes ->
-    eval.json."""
+    """Accuracy on the whole `dataset.split` split, attention ranks and row shapes of test examples and state
+    sizes -> eval.json."""
     dataset = config.dataset
     totals = evaluation.model_metric_totals(model, metric_sums, getattr(data, dataset.split), config.eval.batch_size)
     return evaluation.write_eval_json(config, workdir, {
@@ -105,7 +105,6 @@ def evaluate_model(config, workdir: str, model, data: ListOpsData, step: int) ->
         "attention": model_config.role_kinds(config, roles(config)),
         "pooling": config.model.pooling,
         "metrics": summarize(totals),
-        "rank": evaluation.encoder_analysis(config, workdir, model, data.test["inputs"], listops.PAD,
-                                          listops.decode),
+        **evaluation.encoder_analysis(config, workdir, model, data.test["inputs"], listops.PAD, listops.decode),
         "state": evaluation.attention_state(model, {"encoder_self": dataset.max_length + 1}),
     })

@@ -2,18 +2,19 @@
 data/mlm_corpus.py (text, SentencePiece tokens packed into fixed-length sequences) with BERT masking, the
 encoder-only model, and the evaluation behind eval.json."""
 import math
+import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from analysis import report, stats
+from analysis import plots, report, stats
 from data import mlm, mlm_baselines, mlm_corpus, text_corpus, tokenizer
 from models import MaskedLanguageModel
 from training import evaluation, model_config
 from training.config_checks import ConfigError, check_fields_read, check_file, check_int, choice
-from training.losses import prediction_loss_and_accuracy, prediction_sums, weighted_sums
+from training.losses import prediction_loss_and_accuracy, weighted_sums
 
 NAME = "mlm"
 METRICS = ("masked_accuracy", "loss", "perplexity")
@@ -53,8 +54,12 @@ def check_config(config) -> None:
 
 
 def prepare_data(config, workdir: str) -> mlm_corpus.MlmData:
+    """The data, its validation split carrying the weights of each part (PARTS): so every periodic
+    evaluation reports the recall slice and the rest beside the whole."""
     del workdir  # the tokenizer lives with the dataset, shared by every run on it
-    return mlm_corpus.prepare(config.dataset, config.mlm)
+    data = mlm_corpus.prepare(config.dataset, config.mlm)
+    data.validation = _with_part_weights(data.validation)
+    return data
 
 
 def create_model(config, data: mlm_corpus.MlmData) -> MaskedLanguageModel:
@@ -74,14 +79,23 @@ def input_tokens(batch):
 
 
 def metric_sums(model, batch, label_smoothing: float = 0.0):
-    """(mean loss over the predicted positions, sums over them)."""
-    return prediction_sums(model, batch, input_tokens(batch), label_smoothing)
+    """(mean loss over the predicted positions, sums over them), and where the batch carries each part's
+    weights (batch["<part>_weights"]: the evaluation splits) the same sums over its positions, from the
+    one forward pass."""
+    logits = model(batch["inputs"], batch["positions"])
+    sums = {**weighted_sums(logits, batch["targets"], batch["weights"], label_smoothing),
+            "input_tokens": input_tokens(batch)}
+    sums.update({part: weighted_sums(logits, batch["targets"], batch[f"{part}_weights"])
+                 for part in PARTS if f"{part}_weights" in batch})
+    return sums["loss"] / jnp.maximum(sums["predictions"], 1.0), sums
 
 
 def summarize(sums: dict) -> dict:
+    """METRICS, and each part's masked accuracy where the sums hold it (`recall_masked_accuracy`, ...)."""
     loss, accuracy = prediction_loss_and_accuracy(sums)
+    parts = {f"{part}_masked_accuracy": prediction_loss_and_accuracy(sums[part])[1] for part in PARTS if part in sums}
     return {"masked_accuracy": accuracy, "loss": loss,
-            "perplexity": math.exp(min(loss, 700.0))}  # exp overflows a float beyond ~709
+            "perplexity": math.exp(min(loss, 700.0)), **parts}  # exp overflows a float beyond ~709
 
 
 def _accuracy(hits: np.ndarray, weights: np.ndarray) -> float:
@@ -92,19 +106,24 @@ def _baselines(hits: dict, weights: np.ndarray) -> dict:
     return {name: _accuracy(hit, weights) for name, hit in hits.items()}
 
 
-def _sums_by_part(model, batch):
-    """metric_sums, and under each part of the test positions (batch["<part>_weights"]) the same sums over
-    its positions, from one forward pass."""
-    logits = model(batch["inputs"], batch["positions"])
-    sums = {**weighted_sums(logits, batch["targets"], batch["weights"]), "input_tokens": input_tokens(batch)}
-    sums.update({part: weighted_sums(logits, batch["targets"], batch[f"{part}_weights"]) for part in PARTS})
-    return sums["loss"] / jnp.maximum(sums["predictions"], 1.0), sums
+def _slice_weights(split: dict) -> dict[str, np.ndarray]:
+    """The positions of an evaluation split split by mlm_baselines.recall_slice: part -> its weights."""
+    recall = mlm_baselines.recall_slice(split["inputs"], split["positions"], split["targets"]) * split["weights"]
+    return dict(zip(PARTS, (recall, split["weights"] - recall)))
 
 
-def _slice_weights(test: dict) -> dict[str, np.ndarray]:
-    """The test positions split by mlm_baselines.recall_slice: part -> its weights."""
-    recall = mlm_baselines.recall_slice(test["inputs"], test["positions"], test["targets"]) * test["weights"]
-    return dict(zip(PARTS, (recall, test["weights"] - recall)))
+def _with_part_weights(split: dict) -> dict:
+    return {**split, **{f"{part}_weights": weights for part, weights in _slice_weights(split).items()}}
+
+
+def _query_rows(test: dict, parts: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Each part's test positions as rows of the attention matrices: part -> bool [N, L]."""
+    rows = {}
+    for part, weights in parts.items():
+        examples, slots = np.nonzero(weights)
+        rows[part] = np.zeros(test["inputs"].shape, bool)
+        rows[part][examples, test["positions"][examples, slots]] = True
+    return rows
 
 
 def _part_metrics(totals: dict, parts: dict[str, np.ndarray], hits: dict) -> dict:
@@ -119,11 +138,11 @@ def _part_metrics(totals: dict, parts: dict[str, np.ndarray], hits: dict) -> dic
 
 def evaluate_model(config, workdir: str, model, data: mlm_corpus.MlmData, step: int) -> dict:
     """Masked-token metrics on the whole test split (fixed masking), the same for the no-attention baselines
-    and on the recall slice, and attention ranks -> eval.json."""
+    and on the recall slice, and attention ranks and row shapes (every row, and the rows of each part) ->
+    eval.json."""
     parts = _slice_weights(data.test)
-    totals = evaluation.model_metric_totals(
-        model, _sums_by_part, {**data.test, **{f"{part}_weights": weights for part, weights in parts.items()}},
-        config.eval.batch_size)
+    totals = evaluation.model_metric_totals(model, metric_sums, _with_part_weights(data.test),
+                                            config.eval.batch_size)
     hits = mlm_baselines.hits(data.train, data.test, data.tokenizer.vocab_size)
     return evaluation.write_eval_json(config, workdir, {
         "step": int(step),
@@ -132,11 +151,12 @@ def evaluate_model(config, workdir: str, model, data: mlm_corpus.MlmData, step: 
         "num_examples": int(len(data.test["inputs"])),
         "vocab_size": data.tokenizer.vocab_size,
         "attention": model_config.role_kinds(config, roles(config)),
-        "metrics": summarize(totals),
+        "metrics": {name: summarize(totals)[name] for name in METRICS},
         "baselines": _baselines(hits, data.test["weights"]),
         "recall_slice": _part_metrics(totals, parts, hits),
-        "rank": evaluation.encoder_analysis(config, workdir, model, data.test["inputs"], tokenizer.PAD,
-                                          lambda ids: [data.tokenizer.piece(int(i)) for i in ids]),
+        **evaluation.encoder_analysis(config, workdir, model, data.test["inputs"], tokenizer.PAD,
+                                      lambda ids: [data.tokenizer.piece(int(i)) for i in ids],
+                                      selections=_query_rows(data.test, parts)),
         "state": evaluation.attention_state(model, {"encoder_self": config.dataset.seq_len}),
     })
 
@@ -170,19 +190,76 @@ def _seeds_above_baselines(evals: list[dict]) -> str:
     return f"{above}/{len(evals)}"
 
 
-def _reference(results: dict[str, list[dict]]) -> list[dict] | None:
-    return next((evals for evals in results.values() if report.kind_of(evals) == "softmax"), None)
+def _setting(result: dict) -> tuple:
+    """What a run shares with its softmax reference: the sequence length and the convolution (None and the
+    defaults where its eval.json does not say)."""
+    config = result.get("config", {})
+    model = config.get("model", {})
+    return config.get("dataset", {}).get("seq_len"), model.get("conv_kernel", 0), model.get("conv_centered", False)
+
+
+def _reference_name(evals: list[dict], results: dict[str, list[dict]]) -> str | None:
+    """The softmax run trained as `evals` was, at its sequence length and with its convolution; None where
+    the study has none, or `evals` is it."""
+    name = next((name for name, other in results.items()
+                 if report.kind_of(other) == "softmax" and _setting(other[0]) == _setting(evals[0])), None)
+    return None if name is None or results[name] is evals else name
+
+
+def _reference(evals: list[dict], results: dict[str, list[dict]]) -> list[dict] | None:
+    name = _reference_name(evals, results)
+    return None if name is None else results[name]
+
+
+# Each part of the validation positions: the metric its periodic evaluations record (summarize).
+CURVE_METRICS = {"all": "masked_accuracy", "recall slice": "recall_masked_accuracy"}
+
+
+def _curve_gaps(evals: list[dict], reference: list[dict], metric: str) -> list[tuple[int, float, float | None]]:
+    """(step, mean, half-width) of the paired difference to the reference's validation `metric` at each step
+    that every seed of both evaluated."""
+    def at(result: dict) -> dict[int, float]:
+        return {line["step"]: line[metric] for line in result.get("validation_curve", []) if metric in line}
+
+    curves, reference_curves = _by_seed(evals, at), _by_seed(reference, at)
+    steps = sorted(set.intersection(*(set(curve) for curve in [*curves.values(), *reference_curves.values()])))
+    return [(step, *stats.paired_difference({seed: curve[step] for seed, curve in curves.items()},
+                                            {seed: curve[step] for seed, curve in reference_curves.items()}))
+            for step in steps]
+
+
+def gaps_over_steps(results: dict[str, list[dict]]) -> dict[str, dict[str, list]]:
+    """part -> run -> _curve_gaps against its softmax reference, for the runs that have one and curves."""
+    gaps = {part: {} for part in CURVE_METRICS}
+    for name, evals in results.items():
+        reference = _reference(evals, results)
+        for part, metric in CURVE_METRICS.items():
+            if reference is not None and (points := _curve_gaps(evals, reference, metric)):
+                gaps[part][name] = points
+    return {part: runs for part, runs in gaps.items() if runs}
+
+
+def gaps_over_steps_table(gaps: dict[str, dict[str, list]]) -> str:
+    steps = sorted({step for runs in gaps.values() for points in runs.values() for step, _, _ in points})
+    lines = ["| run | positions | " + " | ".join(f"step {step:,}" for step in steps) + " |",
+             "|---|---|" + "---:|" * len(steps)]
+    for part, runs in gaps.items():
+        for name, points in runs.items():
+            cells = {step: f"{100 * mean:+.1f}" + ("" if half is None else f" ± {100 * half:.1f}")
+                     for step, mean, half in points}
+            lines.append(f"| {name} | {part} | " + " | ".join(cells.get(step, "-") for step in steps) + " |")
+    return "\n".join(lines)
 
 
 def recall_slice_table(results: dict[str, list[dict]]) -> str:
     """Per run: the model's masked accuracy on the recall slice and on the rest (mean ± std over seeds), its
     difference to softmax's, overall and on the slice, mean and 95% interval over seeds paired, and the
     seeds above every predictor without attention."""
-    reference = _reference(results)
     lines = ["| run | kind | feature dim | seeds | recall share | recall slice | rest | vs softmax, all "
              "(95% CI) | vs softmax, recall slice (95% CI) | seeds above every baseline |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, evals in results.items():
+        reference = _reference(evals, results)
         share = np.mean([result["recall_slice"]["recall"]["share"] for result in evals])
         cells = [stats.mean_std_text([_slice_accuracy(part)(result) for result in evals]) for part in PARTS]
         lines.append(f"| {name} | {report.kind_of(evals)} | {report.dash_if_none(report.rank_bound(evals))} | {len(evals)} | "
@@ -205,12 +282,13 @@ def _gap_text(mean: float, half_width: float | None) -> str:
 def reading(results: dict[str, list[dict]]) -> str:
     """Each run against softmax, overall and on the recall slice, in words a reviewer can check against the
     recall-slice table."""
-    reference = _reference(results)
-    if reference is None:
-        return ""
-    lines = [f"- {name} against softmax: {_gap_text(*_difference(evals, reference, _overall))} overall; "
-             f"{_gap_text(*_difference(evals, reference, _slice_accuracy('recall')))} on the recall slice."
-             for name, evals in results.items() if evals is not reference]
+    lines = []
+    for name, evals in results.items():
+        if (reference := _reference_name(evals, results)) is not None:
+            lines.append(f"- {name} against {reference}: "
+                         f"{_gap_text(*_difference(evals, results[reference], _overall))} overall; "
+                         f"{_gap_text(*_difference(evals, results[reference], _slice_accuracy('recall')))} "
+                         "on the recall slice.")
     return "Paired by seed, in masked-accuracy points:\n\n" + "\n".join(lines) if lines else ""
 
 
@@ -238,8 +316,24 @@ def report_sections(results: dict[str, list[dict]], spectra: dict, out_dir: str,
         baseline_table(results),
         "## The recall slice\n\nThe test positions whose target follows the same left neighbour elsewhere in "
         "its sequence (its share of the positions), where attention can recall it, and the rest. Accuracy "
-        "mean ± std over seeds (ddof=1); differences to softmax paired by seed, mean ± the half-width of "
-        "the 95% t-interval.",
+        "mean ± std over seeds (ddof=1); differences to the softmax run trained alike (the same sequence "
+        "length and convolution) paired by seed, mean ± the half-width of the 95% t-interval.",
         recall_slice_table(results),
         reading(results),
+        *_gap_sections(results, out_dir),
     ]
+
+
+GAPS_PLOT = "gap_vs_steps.png"
+
+
+def _gap_sections(results: dict[str, list[dict]], out_dir: str) -> list[str]:
+    """The gap to softmax at every periodic evaluation (runs whose results hold their curves), and its plot."""
+    gaps = gaps_over_steps(results)
+    if not gaps:
+        return []
+    plots.plot_gaps_over_steps(gaps, os.path.join(out_dir, GAPS_PLOT))
+    return ["## The gap to softmax over training\n\nValidation masked accuracy minus that of the softmax run "
+            "trained alike (same sequence length and convolution), in points, paired by seed: mean ± the "
+            "half-width of the 95% t-interval, at every periodic evaluation. Picture: "
+            f"[{GAPS_PLOT}]({GAPS_PLOT}).", gaps_over_steps_table(gaps)]

@@ -107,8 +107,8 @@ def summarize(sums: dict) -> dict:
     return {"query_accuracy": accuracy, "loss": loss}
 
 
-def attention_analysis(config, workdir: str, model, data: RecallData) -> list:
-    """Ranks of the attention rows at the prediction positions ([pairs, L] per head): to answer N
+def attention_analysis(config, workdir: str, model, data: RecallData) -> dict:
+    """Ranks and shapes of the attention rows at the prediction positions ([pairs, L] per head): to answer N
     queries the model must point N rows at N different keys, a matrix of rank N, which a kernelised kind
     reaches only while its feature dim allows."""
     rows = evaluation.rank_sample(len(data.test["inputs"]), config.eval.rank_examples)
@@ -122,12 +122,12 @@ def attention_analysis(config, workdir: str, model, data: RecallData) -> list:
     tokens = [str(token) for token in batch["inputs"][0]]
     tokens_q = {role: [f"{tokens[p]}@{p}" for p in positions[0]]}
     return evaluation.attention_analysis(config, workdir, model, {role: query_rows}, query_len, key_len, tokens_q,
-                                       {role: tokens})
+                                       {role: tokens}, query_positions={role: positions})
 
 
 def evaluate_model(config, workdir: str, model, data: RecallData, step: int) -> dict:
-    """Query accuracy on the whole `dataset.split` split, query-row ranks (of test examples) and attention
-    state sizes -> eval.json."""
+    """Query accuracy on the whole `dataset.split` split, query-row ranks and shapes (of test examples) and
+    attention state sizes -> eval.json."""
     dataset = config.dataset
     totals = evaluation.model_metric_totals(model, metric_sums, getattr(data, dataset.split), config.eval.batch_size)
     kinds = model_config.role_kinds(config, roles(config))
@@ -138,7 +138,7 @@ def evaluate_model(config, workdir: str, model, data: RecallData, step: int) -> 
         "num_examples": int(len(getattr(data, dataset.split)["inputs"])),
         "attention": kinds,
         "metrics": summarize(totals),
-        "rank": attention_analysis(config, workdir, model, data),
+        **attention_analysis(config, workdir, model, data),
         "state": evaluation.attention_state(model, dict.fromkeys(kinds, dataset.seq_len)),
         NAME: {**{field: dataset[field] for field in ("form", "vocab_size", "seq_len", "num_kv_pairs")},
                "random_non_queries": dataset.get("random_non_queries", True)},
@@ -191,19 +191,20 @@ def accuracy_table(results: dict[str, list[dict]]) -> str:
 
 
 def rank_table(results: dict[str, list[dict]]) -> str:
-    """Ranks of the attention rows at the N query positions ([N, L] per head and example), a row per run and
-    layer, every run's layers alike (no layer chosen per run): answering N queries takes N rows pointing at
-    N different keys, rank N."""
+    """Ranks and row shapes of the attention rows at the N query positions ([N, L] per head and example), a
+    row per run and layer, every run's layers alike (no layer chosen per run): answering N queries takes N
+    rows pointing at N different keys, rank N."""
     lines = ["| run | kind | N | feature dim | layer | effective rank | numerical rank | stable rank | "
-             "effective / N |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+             f"effective / N | {report.SHAPE_HEADER}",
+             f"|---|---|---:|---:|---:|---:|---:|---:|---:|{report.SHAPE_ALIGN}"]
     for name, evals in results.items():
         pairs = _pairs(evals)
         for layer, ranks in report.layer_ranks(evals).items():
             lines.append(
                 f"| {name} | {_state(evals)['kind']} | {pairs} | {_dash_if_none(_state(evals)['feature_dim'])} | "
                 f"{layer} | {ranks['effective_rank']:.2f} | {ranks['numerical_rank']:.2f} | "
-                f"{ranks['stable_rank']:.2f} | {ranks['effective_rank'] / pairs:.2f} |")
+                f"{ranks['stable_rank']:.2f} | {ranks['effective_rank'] / pairs:.2f} | "
+                f"{report.shape_cells(report.shape_rows(evals, layer=layer))}")
     return "\n".join(lines)
 
 
@@ -393,7 +394,7 @@ def report_sections(results: dict[str, list[dict]], spectra: dict, out_dir: str,
         "## Rank of the query rows\n\nThe attention rows at the N query positions of 16 test sequences, an "
         "N x L matrix per head; means over examples, heads and seeds, every layer of every run (no layer "
         "chosen per run). Answering N queries takes N rows pointing at N different keys: effective rank "
-        "near N, in the layer that does the lookup.",
+        "near N, in the layer that does the lookup. " + report.SHAPE_NOTE,
         rank_table(results),
         "## Plots",
         *(f"![{title}]({file})" for title, file, _ in images),

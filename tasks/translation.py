@@ -63,6 +63,9 @@ def check_config(config) -> None:
     choice("model.name", config.model.name, MODELS)
     choice("model.cell", config.model.cell, rnn.CELLS)
     _check_recurrent_attention(config)
+    # The evaluation decodes: the decoder's attention, the Transformer's and the RNN's, runs step by step.
+    model_config.check_incremental(config, tuple(role for role in roles(config) if role != "encoder_self"),
+                                   "is decoded one position at a time")
     choice("dataset.name", config.dataset.name, DATASETS)
     check_fields_read(config, DATASET_FIELDS, DATASET_DEFAULTS)
     if config.dataset.name == "scan":
@@ -244,7 +247,7 @@ def _forward(model, batch):
     return model(batch["source"], batch["decoder_input"])
 
 
-def attention_analysis(config, workdir: str, model, data: TranslationData) -> list:
+def attention_analysis(config, workdir: str, model, data: TranslationData) -> dict:
     rows = evaluation.rank_sample(len(data.test_pairs), config.eval.rank_examples)
     batch = {name: array[rows] for name, array in data.test.items()}
     captured = evaluation.attention_weights(model, _forward, batch)
@@ -284,7 +287,7 @@ def evaluate_model(config, workdir: str, model, data: TranslationData, step: int
         "num_examples": len(data.test_pairs),
         "attention": model_config.role_kinds(config, roles(config)),
         "metrics": final_metrics(config, model, data),
-        "rank": attention_analysis(config, workdir, model, data),
+        **attention_analysis(config, workdir, model, data),
         # Over the longest source and target: the keys each role attends over.
         "state": evaluation.attention_state(model, {"encoder_self": data.test["source"].shape[1],
                                                   "decoder_self": data.test["target"].shape[1],

@@ -11,6 +11,10 @@ in the test file that defines a kind), then subclass `KindContract` with `kinds 
 every test below then runs on those kinds. tests/test_contract_scored.py and test_contract_kernelized.py
 hold the kinds of the `attention` package to it (two files, so that parallel workers share the work), and
 tests/test_kinds.py fails for a registered kind that has no reference or that neither of them runs.
+
+A kind that is not `incremental` (ScoreAttention.incremental: its rows depend on later queries) is held to
+refusing causal attention and decoding in place of the tests of them; its gradients and its query without
+keys are checked bidirectionally, and it trains in the roles the config checks let it take.
 """
 import dataclasses
 import functools
@@ -148,15 +152,35 @@ def attending(kind: str, causal: bool):
                                                   module.weights(q, k, mask, causal=causal)))
 
 
+def incremental(kind: str) -> bool:
+    """Whether the kind can attend causally and decode (attention/score_base.py, ScoreAttention.incremental)."""
+    return registry.get(kind).incremental
+
+
+def refuses_causal(kind: str) -> bool:
+    """False for an incremental kind. For another, checks that both causal calls refuse in one line that
+    says so, and returns True: a causal test of it has nothing more to compare."""
+    if incremental(kind):
+        return False
+    q, k, v, key_valid = inputs()
+    module = create(kind)
+    for attend in (lambda: module(*f32(q, k, v), mask(key_valid), causal=True),
+                   lambda: module.weights(*f32(q, k), mask(key_valid), causal=True)):
+        with pytest.raises(ValueError, match=f"^attention kind '{kind}' cannot attend causally: [^\n]+$"):
+            attend()
+    return True
+
+
 @functools.cache
 def differentiating(kind: str):
     """(module, jitted (q, k, v, mask, cotangent) -> gradients of sum(cotangent * output) of causal attention
-    for (q, k, v) and the module's parameters by name, and the output), cached as `attending` is."""
+    (bidirectional for a kind that is not incremental) for (q, k, v) and the module's parameters by name, and
+    the output), cached as `attending` is."""
     module = create(kind)
     graphdef, params, rest = nnx.split(module, nnx.Param, ...)
 
     def loss(params, q, k, v, mask, cotangent):
-        out = nnx.merge(graphdef, params, rest)(q, k, v, mask, causal=True)
+        out = nnx.merge(graphdef, params, rest)(q, k, v, mask, causal=incremental(kind))
         return (out.astype(jnp.float32) * cotangent).sum(), out
 
     grad = jax.jit(jax.grad(loss, (0, 1, 2, 3), has_aux=True))
@@ -201,6 +225,8 @@ class KindContract:
     @pytest.mark.parametrize("setting", sorted(SETTINGS))
     def test_output_and_weights_match_reference(self, kind, setting):
         lq, lk, causal = SETTINGS[setting]
+        if causal and refuses_causal(kind):
+            return
         q, k, v, key_valid = inputs(lq=lq, lk=lk)
         module, attend = attending(kind, causal)
         want, want_weights = expected(kind, module, q, k, v, allowed(key_valid, lq, causal))
@@ -212,6 +238,8 @@ class KindContract:
     def test_without_a_mask_matches_reference(self, kind, causal):
         """No mask: the fast paths a kind may take then (jax.nn.dot_product_attention with is_causal) must
         keep what the kind narrows, e.g. local attention's window."""
+        if causal and refuses_causal(kind):
+            return
         q, k, v, _ = inputs(seed=21)
         module, attend = attending(kind, causal)
         want, _ = expected(kind, module, q, k, v, allowed(np.ones((B, L), bool), L, causal))
@@ -219,19 +247,21 @@ class KindContract:
         np.testing.assert_allclose(out, want, atol=2e-5, rtol=2e-5)
 
     def test_gradients_match_reference(self, kind):
-        """Causal and padded at once, for the inputs and every parameter."""
+        """Causal (where the kind is incremental) and padded at once, for the inputs and every parameter."""
         q, k, v, key_valid = inputs(seed=3)
         cotangent = jnp.asarray(np.random.default_rng(4).normal(size=(B, L, H, D)), jnp.float32)
         module, gradients = differentiating(kind)
         got_inputs, got_params, _ = gradients(*f32(q, k, v), mask(key_valid), cotangent)
-        want_inputs, want_params = _reference_gradients(kind, module, q, k, v, allowed(key_valid, L, True),
-                                                        cotangent)
+        want_inputs, want_params = _reference_gradients(kind, module, q, k, v,
+                                                        allowed(key_valid, L, incremental(kind)), cotangent)
         assert got_params.keys() == want_params.keys()
         for got, want in zip([*got_inputs, *got_params.values()], [*want_inputs, *want_params.values()]):
             np.testing.assert_allclose(got, want, atol=5e-5, rtol=5e-5)
 
     @pytest.mark.parametrize("causal", [False, True])
     def test_output_ignores_padded_and_future_keys(self, kind, causal):
+        if causal and refuses_causal(kind):
+            return
         q, k, v, key_valid = inputs(seed=5)
         _, attend = attending(kind, causal)
         out, _ = attend(*f32(q, k, v), mask(key_valid))
@@ -245,21 +275,39 @@ class KindContract:
 
     def test_large_norms_stay_finite_and_a_query_without_keys_attends_to_nothing(self, kind):
         """Norm 10 with q.k = +-100 exactly; example 1's first key padded, so that its first causal query
-        may attend to no key: its output and weights are 0, everything finite, gradients too."""
+        may attend to no key (bidirectionally, for a kind that is not incremental, a mask of that query's row
+        alone): its output and weights are 0, everything finite, gradients too."""
         q, _, v, key_valid = inputs(seed=9, norm=10.0)
         k = np.where(np.arange(L)[None, :, None, None] % 2, q, -q)
         key_valid[1, 0] = False
-        _, attend = attending(kind, True)
-        out, weights = attend(*f32(q, k, v), mask(key_valid))
-        input_grads, param_grads, _ = differentiating(kind)[1](*f32(q, k, v), mask(key_valid), jnp.ones((B, L, H, D)))
+        query_mask = mask(key_valid)
+        if not incremental(kind):
+            query_mask = allowed(key_valid, L, False).copy()
+            query_mask[1, :, 0] = False
+        _, attend = attending(kind, incremental(kind))
+        out, weights = attend(*f32(q, k, v), query_mask)
+        input_grads, param_grads, _ = differentiating(kind)[1](*f32(q, k, v), query_mask, jnp.ones((B, L, H, D)))
         for array in [out, weights, *input_grads, *param_grads.values()]:
             assert np.all(np.isfinite(np.asarray(array)))
         assert np.all(np.asarray(out)[1, 0] == 0) and np.all(np.asarray(weights)[1, :, 0] == 0)
 
     def test_decoding_steps_equal_the_reference_rows(self, kind):
         """Causal self-attention step by step (a padding key mid-sequence, inputs growing along it, so that
-        later keys set larger scales), and cross-attention of a shorter decoder over a padded source."""
+        later keys set larger scales), and cross-attention of a shorter decoder over a padded source. A kind
+        that is not incremental refuses each decoding method in one line that says so."""
         module = create(kind)
+        if not incremental(kind):
+            q, k, v, key_valid = inputs(seed=11)
+            (q, k, v), valid = f32(q, k, v), jnp.asarray(key_valid)
+            row = [x[:, :1] for x in (q, k, v)]
+            # No cache or memory to pass: building them is refused first.
+            for call in (lambda: module.init_cache(B, L, H, D, D), lambda: module.init_memory(k, v, valid, L),
+                         lambda: module.decode_step(*row, None, 0, L, valid[:, 0]),
+                         lambda: module.attend_memory(row[0], None, valid, 0, L)):
+                with pytest.raises(ValueError, match=f"^attention kind '{kind}' cannot decode one position at a "
+                                                     f"time: [^\n]+$"):
+                    call()
+            return
         q, k, v, key_valid = inputs(seed=11)
         q, k, v = (x * (1 + 0.1 * np.arange(L))[None, :, None, None] for x in (q, k, v))
         key_valid[1, 5] = False
@@ -290,9 +338,16 @@ class KindContract:
 
     def test_trains_in_every_role_of_the_translation_model(self, kind, tiny_config, tmp_path):
         """Two steps of the loop's train step with finite loss and gradient norm, and an update to every
-        parameter (the kind's own included) in the encoder's, decoder's and cross-attention."""
+        parameter (the kind's own included) in the encoder's, decoder's and cross-attention. A kind that is not
+        incremental is refused in the causal and decoded roles, and trains in the encoder beside softmax."""
         config = tiny_config()
         config.attention.name = kind
+        if not incremental(kind):
+            for role in ("decoder_self", "cross"):
+                with pytest.raises(validate.ConfigError, match=f"^config.attention.name='{kind}': the {role} "
+                                                               f"role .+; give attention.{role} another kind$"):
+                    validate.validate(config)
+                config.attention[role] = "softmax"
         validate.validate(config)
         data = translation.prepare_data(config, str(tmp_path))
         # Sign descent: a parameter moves exactly when its gradient is not zero, as under Adam without weight

@@ -4,7 +4,7 @@ import numpy as np
 
 from kind_harness import dense_reference
 
-WINDOW, TOP_K = 3, 2
+WINDOW, TOP_K, RANK = 3, 2, 3
 
 
 def softmax(xp, scores, allowed):
@@ -104,3 +104,14 @@ def forced_forward(xp, q, k, allowed, arrays):
         row = exp[:, :, t] / xp.where(attended_before, received, 1.0)
         rows.append(row / xp.maximum(row.sum(-1, keepdims=True), 1e-30))
     return xp.stack(rows, axis=2)
+
+
+@dense_reference("softmax_rank", rank=RANK)
+def softmax_rank(xp, q, k, allowed, arrays):
+    """Scaled dot-product softmax A times V V^T, V its top RANK right singular vectors: A's truncated SVD
+    U_m S_m V_m^T, V held constant under differentiation. RANK = 3 < the test's 5 to 13 allowed keys, where the
+    3rd and 4th singular values of the harness's inputs differ by 10% or more."""
+    weights = scaled_dot(xp, q, k, allowed, arrays)
+    _, _, vt = xp.linalg.svd(weights if xp is np else jax.lax.stop_gradient(weights))
+    top = vt[..., :RANK, :]
+    return weights @ xp.swapaxes(top, -1, -2) @ top

@@ -1,6 +1,6 @@
 """benchmarks/attention.py, chunks.py and decode.py at tiny sizes, run through their scripts' command lines
 (python -m scripts.bench_attention, ...): the rows, tables and plot they write, the attention benchmark's
-budgets, dtype, implementation and masked modes. No speed is asserted: only that every measurement is
+budgets, dtype, implementation and masked modes; bench_train's config overrides. No speed is asserted: only that every measurement is
 present, positive, or skipped for the stated reason."""
 import json
 
@@ -8,7 +8,7 @@ import jax
 import pytest
 
 from attention import chunking
-from benchmarks import attention, common
+from benchmarks import attention, common, train
 from scripts import bench_attention, bench_chunks, bench_decode
 
 TINY = ["--lengths=16,32", "--batch=1", "--heads=2", "--head_dim=8", "--repeats=2"]
@@ -200,3 +200,17 @@ def test_bench_decode_quick_measures_every_kind_and_length(tmp_path):
 def test_bench_decode_refuses_the_reference_kind():
     with pytest.raises(SystemExit, match="'reference' has no incremental decoding"):
         bench_decode.main(["--quick", "--kinds=softmax,reference"])
+
+
+def test_bench_train_overrides_set_fields_after_the_presets_and_refuse_what_is_no_field():
+    overrides = train.parse_overrides("dataset.seq_len=64, compute_dtype=bfloat16,learning_rate=3e-4")
+    assert overrides == {"dataset.seq_len": 64, "compute_dtype": "bfloat16", "learning_rate": 3e-4}
+    config = train.load_config("configs/mlm.py:tiny", overrides)
+    assert (config.dataset.seq_len, config.compute_dtype, config.learning_rate) == (64, "bfloat16", 3e-4)
+    assert config.model.d_model == 32  # the preset's, kept
+    with pytest.raises(SystemExit, match="--overrides: dataset.seq_length: no such field"):
+        train.load_config("configs/mlm.py:tiny", {"dataset.seq_length": 64})
+    with pytest.raises(SystemExit, match="--overrides: dataset.seq_len: .*int"):
+        train.load_config("configs/mlm.py:tiny", {"dataset.seq_len": "long"})
+    with pytest.raises(SystemExit, match="'seq_len' is not field=value"):
+        train.parse_overrides("seq_len")

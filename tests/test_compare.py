@@ -76,7 +76,8 @@ def test_mlm_kinds_extends_quick_full_scales_standard_and_kinds_covers_every_kin
     standard, full = catalog.get_study("mlm", "standard"), catalog.get_study("mlm", "full")
     assert full.runs == standard.runs and full.pick.values == standard.pick.values
     kinds = catalog.get_study("translation", "kinds")
-    assert [run.name for run in kinds.runs] == [name for name in attention.names() if name != "scaled_dot"]
+    assert [run.name for run in kinds.runs] == [name for name in attention.names()
+                                                if name not in ("scaled_dot", "softmax_rank")]
 
 
 def test_each_preset_reports_in_its_own_directory():
@@ -104,22 +105,35 @@ def _rank_row(role, layer, numerical_rank, bound, over=0):
             "matrices_over_bound": None if bound is None else over}
 
 
-def _eval(kind, accuracy, loss, perplexity, ranks, bound, over=(0, 0)):
+def _shape_row(role, layer, entropy, spread, query_rows="all"):
+    """A shape row of one head: its fraction of max is entropy / 5, its top-1 weight 0.6, half its rows above
+    0.5."""
+    return {"role": role, "layer": layer, "head": 0, "query_rows": query_rows, "rows": 256, "row_entropy": entropy,
+            "entropy_fraction": entropy / 5, "top1_weight": 0.6, "top1_above_half": 0.5, "logit_spread": spread}
+
+
+def _eval(kind, accuracy, loss, perplexity, ranks, bound, over=(0, 0), entropies=None, spread=None):
     """An mlm eval.json: one encoder_self row per layer, `over[layer]` of its matrices over the bound, and a
-    decoder_self row the tables must ignore."""
+    decoder_self row the tables must ignore; with `entropies`, a shape row per layer, and rows of a
+    selection and of decoder_self the tables must ignore (without: an eval.json written before shapes)."""
     rows = [_rank_row("encoder_self", layer, rank, bound, n) for layer, (rank, n) in enumerate(zip(ranks, over))]
-    return {"step": 100, "task": "mlm", "split": "test", "num_examples": 8,
-            "attention": {"encoder_self": kind},
-            "metrics": {"masked_accuracy": accuracy, "loss": loss, "perplexity": perplexity},
-            "rank": rows + [_rank_row("decoder_self", 0, 99.0, None)]}
+    result = {"step": 100, "task": "mlm", "split": "test", "num_examples": 8,
+              "attention": {"encoder_self": kind},
+              "metrics": {"masked_accuracy": accuracy, "loss": loss, "perplexity": perplexity},
+              "rank": rows + [_rank_row("decoder_self", 0, 99.0, None)]}
+    if entropies is not None:
+        result["shape"] = ([_shape_row("encoder_self", layer, entropy, spread) for layer, entropy in enumerate(entropies)]
+                           + [_shape_row("encoder_self", 0, 9.0, 9.0, "recall"), _shape_row("decoder_self", 0, 9.0, 9.0)])
+    return result
 
 
 RESULTS = {
-    "softmax": [_eval("softmax", 0.5, 1.0, 2.0, [40.0, 44.0], None),
-                _eval("softmax", 0.6, 1.2, 3.0, [42.0, 46.0], None)],
-    "linear": [_eval("linear", 0.4, 1.5, 4.0, [30.0, 31.0], 32),
-               _eval("linear", 0.44, 1.7, 5.0, [31.0, 32.0], 32)],
-    # One seed, and a max numerical rank of 17 above its bound of 16, in 3 of layer 1's 4 matrices.
+    "softmax": [_eval("softmax", 0.5, 1.0, 2.0, [40.0, 44.0], None, entropies=[2.0, 3.0], spread=4.0),
+                _eval("softmax", 0.6, 1.2, 3.0, [42.0, 46.0], None, entropies=[2.5, 3.5], spread=4.0)],
+    "linear": [_eval("linear", 0.4, 1.5, 4.0, [30.0, 31.0], 32, entropies=[3.0, 3.2]),
+               _eval("linear", 0.44, 1.7, 5.0, [31.0, 32.0], 32, entropies=[3.4, 3.6])],
+    # One seed, written before shapes, and a max numerical rank of 17 above its bound of 16, in 3 of layer 1's
+    # 4 matrices.
     "performer_m16": [_eval("performer", 0.3, 2.0, 7.0, [15.0, 17.0], 16, over=(0, 3))],
 }
 
@@ -137,25 +151,30 @@ def test_accuracy_table_means_and_sample_stds_over_seeds():
 
 def test_rank_table_checks_bounds_and_head_dim():
     # softmax: ranks 40, 44, 42, 46 -> mean 43, max 46; linear: 30, 31, 31, 32 -> mean 31, max 32 = bound,
-    # 2 seeds x 2 layers x 4 examples = 16 matrices.
+    # 2 seeds x 2 layers x 4 examples = 16 matrices. Row entropy: softmax's 2, 3, 2.5, 3.5 -> 2.75 (fraction
+    # 0.55), linear's 3, 3.2, 3.4, 3.6 -> 3.3 without a logit spread; performer's eval.json has no shapes.
     assert report.rank_table(RESULTS, head_dim=32) == "\n".join([
         "| run | kind | seq len | numerical rank | max numerical rank | effective rank | stable rank | "
+        "row entropy | fraction of max | top-1 | top-1 > 0.5 | logit spread | "
         "rank bound | matrices over bound | mean > head dim (32) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
-        "| softmax | softmax | 64 | 43.00 | 46 | 21.50 | 1.50 | - | - | yes |",
-        "| linear | linear | 64 | 31.00 | 32 | 15.50 | 1.50 | 32 | 0 / 16 | no |",
-        "| performer_m16 | performer | 64 | 16.00 | 18 | 8.00 | 1.50 | 16 | 3 / 8 | no |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| softmax | softmax | 64 | 43.00 | 46 | 21.50 | 1.50 | 2.75 | 0.550 | 0.600 | 0.500 | 4.00 | - | - | yes |",
+        "| linear | linear | 64 | 31.00 | 32 | 15.50 | 1.50 | 3.30 | 0.660 | 0.600 | 0.500 | - | 32 | 0 / 16 | no |",
+        "| performer_m16 | performer | 64 | 16.00 | 18 | 8.00 | 1.50 | - | - | - | - | - | 16 | 3 / 8 | no |",
     ])
     assert "head dim" not in report.rank_table(RESULTS)
 
 
 def test_layer_rank_table_gives_every_layer_of_every_run():
-    # softmax's layer 0: ranks 40 and 42 over its seeds; the decoder_self row is not the reported role.
+    # softmax's layer 0: ranks 40 and 42 over its seeds, row entropies 2 and 2.5; the decoder_self rows are
+    # not the reported role, nor the shape rows of a selection the rows over every query.
     assert report.layer_rank_table(RESULTS).splitlines()[2:] == [
-        "| softmax | softmax | 0 | 41.00 | 20.50 | 1.50 |", "| softmax | softmax | 1 | 45.00 | 22.50 | 1.50 |",
-        "| linear | linear | 0 | 30.50 | 15.25 | 1.50 |", "| linear | linear | 1 | 31.50 | 15.75 | 1.50 |",
-        "| performer_m16 | performer | 0 | 15.00 | 7.50 | 1.50 |",
-        "| performer_m16 | performer | 1 | 17.00 | 8.50 | 1.50 |"]
+        "| softmax | softmax | 0 | 41.00 | 20.50 | 1.50 | 2.25 | 0.450 | 0.600 | 0.500 | 4.00 |",
+        "| softmax | softmax | 1 | 45.00 | 22.50 | 1.50 | 3.25 | 0.650 | 0.600 | 0.500 | 4.00 |",
+        "| linear | linear | 0 | 30.50 | 15.25 | 1.50 | 3.20 | 0.640 | 0.600 | 0.500 | - |",
+        "| linear | linear | 1 | 31.50 | 15.75 | 1.50 | 3.40 | 0.680 | 0.600 | 0.500 | - |",
+        "| performer_m16 | performer | 0 | 15.00 | 7.50 | 1.50 | - | - | - | - | - |",
+        "| performer_m16 | performer | 1 | 17.00 | 8.50 | 1.50 | - | - | - | - | - |"]
 
 
 def test_rewrite_report_writes_a_recall_report_again_from_its_results(tmp_path):
@@ -175,8 +194,9 @@ def test_role_rank_table_lists_every_role_of_each_run(tmp_path):
     sections = report.rank_study_sections(mlm.METRICS, {"linear": evals}, {}, str(tmp_path), 32)
     assert any(section.startswith("## Attention rank by role") for section in sections)
     table = report.role_rank_table({"linear": evals}).splitlines()
-    assert table[2:] == ["| linear | encoder_self | linear | 64 | 31.00 | 15.50 | 1.50 | 32 |",
-                         "| linear | decoder_self | linear | 64 | 99.00 | 49.50 | 1.50 | - |"]
+    assert table[2:] == [
+        "| linear | encoder_self | linear | 64 | 31.00 | 15.50 | 1.50 | 3.30 | 0.660 | 0.600 | 0.500 | - | 32 |",
+        "| linear | decoder_self | linear | 64 | 99.00 | 49.50 | 1.50 | 9.00 | 1.800 | 0.600 | 0.500 | 9.00 | - |"]
 
 
 def test_the_bound_is_checked_on_each_matrix_of_every_seed():
@@ -222,8 +242,8 @@ def test_rnn_rows_report_their_cross_attention_and_dashes_without_attention(tmp_
         "| rnn_none | none | - | 1 | 0.2000 ± - | 0.9000 | 90.0000 | 0.1000 |",
         "| rnn_additive | additive | - | 1 | 0.9000 ± - | 0.9000 | 90.0000 | 0.1000 |"]
     assert report.rank_table(results).splitlines()[2:] == [
-        "| rnn_none | none | - | - | - | - | - | - | - |",
-        "| rnn_additive | additive | 64 | 7.00 | 7 | 3.50 | 1.50 | - | - |"]
+        "| rnn_none | none |" + " - |" * 12,
+        "| rnn_additive | additive | 64 | 7.00 | 7 | 3.50 | 1.50 | - | - | - | - | - | - | - |"]
     spectra = {"rnn_additive": {"cross": [[1.0, 0.5, 0.1]]}}
     path = report.write_report(translation, "quick", "cmd", results, spectra, str(tmp_path))
     assert os.path.exists(path) and os.path.exists(tmp_path / report.SPECTRA_PLOT)
@@ -237,7 +257,8 @@ def test_write_report_embeds_tables_and_plots(tmp_path):
     assert path == str(tmp_path / "out" / "report.md")
     assert report.accuracy_table(mlm.METRICS, RESULTS) in text and report.rank_table(RESULTS, 32) in text
     assert "python -m scripts.compare --task=mlm" in text
-    for image in ("accuracy_vs_feature_dim.png", "accuracy_vs_effective_rank.png", "spectra.png"):
+    for image in ("accuracy_vs_feature_dim.png", "accuracy_vs_effective_rank.png", "accuracy_vs_row_entropy.png",
+                  "spectra.png"):
         assert f"]({image})" in text
         assert (tmp_path / "out" / image).stat().st_size > 0
 
@@ -246,6 +267,27 @@ def test_write_report_without_bounded_runs_or_spectra(tmp_path):
     path = report.write_report(mlm, "quick", "cmd", {"softmax": RESULTS["softmax"]}, {}, str(tmp_path))
     assert "spectra.png" not in open(path).read()
     assert (tmp_path / "accuracy_vs_feature_dim.png").exists() and not (tmp_path / "spectra.png").exists()
+
+
+def test_a_report_of_eval_json_written_before_shapes_has_dashes_and_no_entropy_plot(tmp_path):
+    old = {"performer_m16": RESULTS["performer_m16"]}
+    text = open(report.write_report(mlm, "quick", "cmd", old, {}, str(tmp_path))).read()
+    assert "| performer_m16 | performer | 64 | 16.00 | 18 | 8.00 | 1.50 | - | - | - | - | - | 16 | 3 / 8 |" in text
+    assert report.ROW_ENTROPY_PLOT not in text and not (tmp_path / report.ROW_ENTROPY_PLOT).exists()
+
+
+def test_the_row_entropy_plot_draws_a_point_per_seed_at_layer_0_and_over_layers(monkeypatch, tmp_path):
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    report.plot_accuracy_vs_row_entropy(mlm.METRICS, RESULTS, str(tmp_path / "entropy.png"))
+    monkeypatch.undo()
+    (figure,) = figures
+    layer_0, over_layers = ({line.get_label(): list(zip(*line.get_data())) for line in ax.get_lines()
+                             if not line.get_label().startswith("_")} for ax in figure.axes)
+    # (row entropy, masked accuracy) per seed; performer_m16, written before shapes, has no point.
+    assert layer_0 == {"softmax": [(2.0, 0.5), (2.5, 0.6)], "linear": [(3.0, 0.4), (3.4, 0.44)]}
+    assert over_layers == {"softmax": [(2.5, 0.5), (3.0, 0.6)], "linear": [(3.1, 0.4), (3.5, 0.44)]}
+    plt.close(figure)
 
 
 # --- the runner --------------------------------------------------------------------------------------------
@@ -443,13 +485,15 @@ def test_failed_runs_are_named_and_left_out_of_the_report(tmp_path, monkeypatch,
 # --- the recall study's report -----------------------------------------------------------------------------
 
 
-def _recall_eval(kind, pairs, accuracy, feature_dim, per_head, effective_ranks, validation):
-    """A causal recall eval.json with one head and a rank row per layer, plus the runner's "validation"."""
+def _recall_eval(kind, pairs, accuracy, feature_dim, per_head, effective_ranks, validation, entropies=()):
+    """A causal recall eval.json with one head and a rank row per layer, a shape row per one of `entropies`,
+    plus the runner's "validation"."""
     rows = [{"role": "decoder_self", "layer": layer, "head": 0, "seq_len": 64, "numerical_rank": rank + 1,
              "effective_rank": rank, "stable_rank": 1.5, "rank_bound": None}
             for layer, rank in enumerate(effective_ranks)]
     return {"step": 800, "task": "recall", "split": "test", "num_examples": 3000, "attention": {"decoder_self": kind},
             "metrics": {"query_accuracy": accuracy, "loss": 0.1}, "rank": rows,
+            "shape": [_shape_row("decoder_self", layer, entropy, None) for layer, entropy in enumerate(entropies)],
             "state": {"decoder_self": {"kind": kind, "feature_dim": feature_dim, "key_dim": feature_dim or 64,
                                        "value_dim": 64, "seq_len": 64, "per_head": per_head, "total": 2 * per_head}},
             "recall": {"form": "causal", "vocab_size": 256, "seq_len": 64, "num_kv_pairs": pairs},
@@ -463,7 +507,7 @@ RECALL_RESULTS = {
     # Layer 1 recalls in one seed, layer 0 in the other: each layer's mean is reported, none chosen.
     "linear_d16_N16": [_recall_eval("linear", 16, 0.4, 16, 1024, [10.0, 6.0], 0.41),
                        _recall_eval("linear", 16, 0.5, 16, 1024, [4.0, 9.0], 0.52)],
-    "linear_d16_N4": [_recall_eval("linear", 4, 0.9, 16, 1024, [3.0, 2.0], 0.9)],
+    "linear_d16_N4": [_recall_eval("linear", 4, 0.9, 16, 1024, [3.0, 2.0], 0.9, entropies=[1.5, 2.5])],
 }
 
 
@@ -474,13 +518,14 @@ def test_recall_tables_give_sizes_seeds_and_every_layer():
         "| linear_d16_N16 | linear | 16 | 16 | 16 | 1,024 | 2 | 0.4500 ± 0.0707 | 0.400, 0.500 | 0.4650 |  |",
         "| linear_d16_N4 | linear | 4 | 16 | 16 | 1,024 | 1 | 0.9000 ± - | 0.900 | 0.9000 |  |",
     ]
+    no_shape = " - | - | - | - | - |"
     assert recall_task.rank_table(RECALL_RESULTS).splitlines()[3:] == [
-        "| softmax_N16 | softmax | 16 | - | 0 | 15.50 | 16.50 | 1.50 | 0.97 |",
-        "| softmax_N16 | softmax | 16 | - | 1 | 7.50 | 8.50 | 1.50 | 0.47 |",
-        "| linear_d16_N16 | linear | 16 | 16 | 0 | 7.00 | 8.00 | 1.50 | 0.44 |",
-        "| linear_d16_N16 | linear | 16 | 16 | 1 | 7.50 | 8.50 | 1.50 | 0.47 |",
-        "| linear_d16_N4 | linear | 4 | 16 | 0 | 3.00 | 4.00 | 1.50 | 0.75 |",
-        "| linear_d16_N4 | linear | 4 | 16 | 1 | 2.00 | 3.00 | 1.50 | 0.50 |",
+        "| softmax_N16 | softmax | 16 | - | 0 | 15.50 | 16.50 | 1.50 | 0.97 |" + no_shape,
+        "| softmax_N16 | softmax | 16 | - | 1 | 7.50 | 8.50 | 1.50 | 0.47 |" + no_shape,
+        "| linear_d16_N16 | linear | 16 | 16 | 0 | 7.00 | 8.00 | 1.50 | 0.44 |" + no_shape,
+        "| linear_d16_N16 | linear | 16 | 16 | 1 | 7.50 | 8.50 | 1.50 | 0.47 |" + no_shape,
+        "| linear_d16_N4 | linear | 4 | 16 | 0 | 3.00 | 4.00 | 1.50 | 0.75 | 1.50 | 0.300 | 0.600 | 0.500 | - |",
+        "| linear_d16_N4 | linear | 4 | 16 | 1 | 2.00 | 3.00 | 1.50 | 0.50 | 2.50 | 0.500 | 0.600 | 0.500 | - |",
     ]
 
 
@@ -559,7 +604,7 @@ def test_listops_accuracy_plots_draw_chance(tmp_path, monkeypatch):
     results = {name: [{**result, "metrics": {"accuracy": result["metrics"]["masked_accuracy"], "loss": 1.0}}
                       for result in evals] for name, evals in RESULTS.items()}
     listops_task.report_sections(results, {}, str(tmp_path), 32)
-    assert len(figures) == 2
+    assert len(figures) == 3  # against feature dim, effective rank and row entropy
     for figure in figures:
         (level,) = [text for text in figure.axes[0].texts if text.get_text().startswith("chance")]
         assert level.get_text() == "chance (1 in 10)" and level.xy[1] == 0.1

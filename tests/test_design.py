@@ -92,9 +92,10 @@ def test_eval_json_metrics_and_roles_are_those_the_design_lists(eval_files, task
     result = eval_files[task]
     assert result["task"] == task
     assert list(result["metrics"]) == SCHEMA["metrics_by_task"][task]
-    roles = set(result["attention"]) | set(result["state"]) | {row["role"] for row in result["rank"]}
+    roles = set(result["attention"]) | set(result["state"]) | {row["role"] for row in result["rank"] + result["shape"]}
     assert roles <= set(SCHEMA["roles"])
     assert result["rank"], "a Transformer run has rank rows: the rows' schema was checked on none"
+    assert result["shape"], "a Transformer run has shape rows: the rows' schema was checked on none"
 
 
 def test_the_listed_optional_keys_are_ones_only_some_tasks_write(eval_files):

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from configs import mlm as mlm_config
-from data import mlm_baselines, mlm_corpus
+from data import mlm_baselines, mlm_corpus, tokenizer
 from data.files import DatasetNotPreparedError
 from tasks import mlm
-from training import loop, validate
+from training import evaluation, loop, validate
 from training.loop import evaluate
 from training.metrics import read_metrics
 
@@ -86,6 +86,38 @@ def test_eval_json_splits_the_test_positions_into_the_recall_slice_and_the_rest(
     for name, accuracy in whole.items():
         by_part = [part["masked_accuracy"] if name == "model" else part["baselines"][name] for part in parts.values()]
         assert accuracy == pytest.approx(sum(part["share"] * value for part, value in zip(parts.values(), by_part)))
+
+
+def test_every_validation_reports_the_recall_slice_and_the_rest(trained):
+    """text_files validates on its test file, masked the same way: the last validation equals the final
+    evaluation, part by part; training windows carry no parts."""
+    _, workdir, result = trained
+    lines = read_metrics(workdir)
+    last = [line for line in lines if line["split"] == "eval"][-1]
+    assert last["masked_accuracy"] == pytest.approx(result["metrics"]["masked_accuracy"])
+    for part in ("recall", "rest"):
+        assert last[f"{part}_masked_accuracy"] == pytest.approx(result["recall_slice"][part]["masked_accuracy"])
+    assert not any(key.startswith(("recall_", "rest_")) for line in lines if line["split"] == "train" for key in line)
+
+
+def test_shape_rows_cover_every_row_and_the_masked_rows_of_each_part(trained, tmp_path):
+    """`all` averages every unpadded row of the analysed examples; `recall` and `rest` the rows at their masked
+    positions, which together are every masked position of those examples."""
+    config, _, result = trained
+    test = mlm.prepare_data(config, str(tmp_path)).test
+    sample = evaluation.rank_sample(len(test["inputs"]), config.eval.rank_examples)
+    recall = mlm_baselines.recall_slice(test["inputs"], test["positions"], test["targets"])[sample]
+    masked = test["weights"][sample] > 0
+    expected = {"all": int((test["inputs"][sample] != tokenizer.PAD).sum()),
+                "recall": int((recall & masked).sum()), "rest": int((~recall & masked).sum())}
+    assert 0 < expected["recall"] and 0 < expected["rest"]
+    layers, heads = config.model.num_layers, config.model.num_heads
+    for name, count in expected.items():
+        rows = [row for row in result["shape"] if row["query_rows"] == name]
+        assert [(row["layer"], row["head"]) for row in rows] == [(l, h) for l in range(layers) for h in range(heads)]
+        assert all(row["rows"] == count and row["role"] == "encoder_self" for row in rows)
+        assert all(0 < row["row_entropy"] <= math.log(config.dataset.seq_len) and row["logit_spread"] > 0
+                   for row in rows)  # softmax: a spread of its logits
 
 
 def test_eval_py_restores_the_trained_parameters(trained):
@@ -177,9 +209,45 @@ def test_the_report_gives_each_kind_against_softmax_with_a_95_percent_interval_p
     half_width = 4.302653 * 0.05 / math.sqrt(3)  # t(0.975, 2) x std / sqrt(n)
     assert rows["linear"][-2] == f"-0.1000 ± {half_width:.4f}"
     assert rows["linear"][-3] == f"{0.25 * -0.1:+.4f} ± {0.25 * half_width:.4f}"
-    assert rows["softmax"][-2] == "+0.0000 ± 0.0000"
+    assert rows["softmax"][-2] == "-"  # the reference itself
     assert rows["softmax"][-1] == rows["linear"][-1] == "3/3 |"  # 0.325 and more, above the bigram's 0.29
     assert (f"- linear against softmax: no gap larger than {100 * 0.25 * half_width + 2.5:.1f} points detectable "
             in mlm.reading(results))
     assert f"no gap larger than {100 * half_width + 10:.1f} points detectable (-10.0, 95% CI" in mlm.reading(results)
     assert "| bigram | 0.2900 | 0.2900 | 0.2900 |" in mlm.baseline_table(results)
+
+
+def _curve_eval(kind, seed, seq_len, centred, curve):
+    """An eval.json of a run at `seq_len`, with or without the centred convolution, and its validation curve
+    (step -> (accuracy, recall slice accuracy))."""
+    result = _study_eval(kind, seed, 0.5, 0.3)
+    result["config"] = {"seed": seed, "dataset": {"seq_len": seq_len},
+                        "model": {"conv_kernel": 3, "conv_centered": centred}}
+    result["validation_curve"] = [{"step": step, "split": "eval", "masked_accuracy": all_, "recall_masked_accuracy": recall}
+                                  for step, (all_, recall) in curve.items()]
+    return result
+
+
+def test_each_run_is_held_to_the_softmax_run_trained_alike_at_every_validation():
+    curve = {500: (0.30, 0.40), 1000: (0.40, 0.50)}
+    results = {
+        "softmax": [_curve_eval("softmax", seed, 128, False, curve) for seed in range(2)],
+        "linear": [_curve_eval("linear", seed, 128, False, {500: (0.20, 0.20), 1000: (0.35 + 0.02 * seed, 0.40)})
+                   for seed in range(2)],
+        "softmax_L512": [_curve_eval("softmax", seed, 512, False, curve) for seed in range(2)],
+        "linear_L512": [_curve_eval("linear", seed, 512, False, {500: (0.10, 0.10), 1000: (0.20, 0.25)})
+                        for seed in range(2)],
+        "linear_centred": [_curve_eval("linear", seed, 128, True, curve) for seed in range(2)],  # no softmax alike
+    }
+    assert [mlm._reference_name(evals, results) for evals in results.values()] == [
+        None, "softmax", None, "softmax_L512", None]
+    gaps = mlm.gaps_over_steps(results)
+    assert list(gaps) == ["all", "recall slice"] and list(gaps["all"]) == ["linear", "linear_L512"]
+    (step, mean, half), (last_step, last_mean, last_half) = gaps["all"]["linear"]
+    assert (step, last_step) == (500, 1000) and mean == pytest.approx(-0.10) and half == pytest.approx(0.0)
+    # Differences -0.05 and -0.03: t(0.975, 1) x std / sqrt(2) = 12.7062 x 0.014142 / 1.414214.
+    assert last_mean == pytest.approx(-0.04) and last_half == pytest.approx(12.7062 * 0.01, rel=1e-4)
+    assert gaps["recall slice"]["linear_L512"] == [(500, pytest.approx(-0.30), 0.0), (1000, pytest.approx(-0.25), 0.0)]
+    table = mlm.gaps_over_steps_table(gaps).splitlines()
+    assert table[0] == "| run | positions | step 500 | step 1,000 |"
+    assert table[2] == "| linear | all | -10.0 ± 0.0 | -4.0 ± 12.7 |"

@@ -1,17 +1,24 @@
-"""The results tables of README.md and docs/*.md held to the reports they quote: every cell of a quoted table
-equals its report's, read from the report.md table it copies or computed from the study's results.json where
-the README derives it (percentages, runs side by side). QUOTES maps each such table to its source; a table
-that quotes nothing is named in NOT_QUOTED, so that a new results table cannot go unchecked."""
+"""The results tables of README.md and docs/*.md held to the results they quote: every cell of a quoted table
+equals its report's, recomputed from the study's results.json, either by the code that wrote the report's
+table (`regenerated`) or, where the doc derives the table (percentages, runs side by side), by a function
+here; a report with no results.json (the pilots, the benchmarks) is held through its report.md. QUOTES maps
+each such table to its source; a table that quotes nothing is named in NOT_QUOTED, so that a new results
+table cannot go unchecked."""
 import dataclasses
+import functools
 import json
 import os
 import re
+import tempfile
 from collections.abc import Callable
 
 import numpy as np
 import pytest
 
-from analysis import stats
+import tasks
+from analysis import report, stats
+from demos import attention_scale, nadaraya_watson
+from studies import runner
 from tasks import recall
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -44,7 +51,7 @@ def parse_tables(text: str) -> list[Table]:
     return tables
 
 
-# --- sources: a report.md table, or cells computed from results.json -----------------------------------------
+# --- sources: a report's tables written again from its results.json, or cells computed from it --------------
 
 
 def _read(path: str) -> str:
@@ -53,7 +60,34 @@ def _read(path: str) -> str:
 
 
 def _results(report_dir: str) -> dict[str, list[dict]]:
-    return json.loads(_read(os.path.join(report_dir, "results.json")))
+    return json.loads(_read(os.path.join(report_dir, report.RESULTS_JSON)))
+
+
+# The reports a demo writes (scripts/nadaraya_watson.py, scripts/attention_scale.py): their tables' functions.
+DEMO_TABLES = {"reports/nadaraya_watson": nadaraya_watson.mse_table, "reports/attention_scale": attention_scale.table}
+
+
+@functools.cache
+def regenerated(report_dir: str) -> str:
+    """The tables of the report in `report_dir` written again from its results.json by the code that wrote
+    them: a demo's table (DEMO_TABLES), or a study's whole report (report.write_report, its task's sections,
+    the picks its runs.json records) in a temporary directory, plots and all; nothing trains."""
+    results = _results(report_dir)
+    if report_dir in DEMO_TABLES:
+        return DEMO_TABLES[report_dir](results)
+    runs_path = os.path.join(report_dir, runner.RUNS_JSON)
+    records = json.loads(_read(runs_path)) if os.path.exists(os.path.join(ROOT, runs_path)) else {}
+    picks = {name: record["pick"] for name, record in records.items() if record.get("pick")}
+    task = tasks.get(next(iter(results.values()))[0]["task"])
+    with tempfile.TemporaryDirectory() as out_dir:
+        path = report.write_report(task, "", "", results, {}, out_dir, runner.head_dim(results), picks)
+        with open(path) as f:
+            return f.read()
+
+
+def source_text(source: str) -> str:
+    """A report directory's tables, from its results.json (`regenerated`); a report.md file's own text."""
+    return regenerated(source) if os.path.isdir(os.path.join(ROOT, source)) else _read(source)
 
 
 Row = dict[str, str]  # a doc table's row: header -> cell
@@ -61,13 +95,13 @@ Expected = Callable[[str, Row], Row]  # (source, the doc's row) -> the cells it 
 
 
 def copied(key_columns: int = 1, columns: dict | None = None, rows: dict | None = None) -> Expected:
-    """The row of the source report.md's table (the one whose header holds the doc's columns) with the same
-    first `key_columns` cells (renamed by `rows`), its columns named as the doc's (renamed by `columns`)."""
+    """The row of the source's table (source_text's table whose header holds the doc's columns) with the
+    same first `key_columns` cells (renamed by `rows`), its columns named as the doc's (renamed by `columns`)."""
     columns, rows = columns or {}, rows or {}
 
     def expected(source: str, row: Row) -> Row:
         names = [columns.get(name, name) for name in row]
-        (table,) = [table for table in parse_tables(_read(source)) if set(names) <= set(table.header)]
+        (table,) = [table for table in parse_tables(source_text(source)) if set(names) <= set(table.header)]
         key = tuple(row.values())[:key_columns]
         key = rows.get(key[0], key[0]) if key_columns == 1 else key
         matches = [dict(zip(table.header, cells)) for cells in table.rows
@@ -165,8 +199,7 @@ def translation_forms(source: str, row: Row) -> Row:
 def listops_runs(source: str, row: Row) -> Row:
     """The report's columns and, from results.json, each seed's accuracy in percent and the pooling head."""
     evals = _results(source)[row["run"]]
-    return {**copied()(os.path.join(source, "report.md"), {k: v for k, v in row.items()
-                                                            if k not in ("pooling", "per seed")}),
+    return {**copied()(source, {k: v for k, v in row.items() if k not in ("pooling", "per seed")}),
             "pooling": evals[0]["pooling"],
             "per seed": ", ".join(f"{100 * result['metrics']['accuracy']:.2f}" for result in evals)}
 
@@ -195,7 +228,7 @@ class Quote:
     doc: str
     header: tuple[str, ...]  # the doc table's header ...
     after: str  # ... the first such table after this text in the doc
-    source: str  # the report.md it copies, or the report directory whose results.json it derives from
+    source: str  # the report directory whose results.json it quotes, or the report.md of a report without one
     expected: Expected
     key_columns: int = 1  # the cells that name a row, in messages
 
@@ -211,30 +244,30 @@ _BY_LAYER = ("run", "kind", "layer", "numerical rank", "effective rank", "stable
 QUOTES = [
     Quote("README.md", ("attention", "feature dim m", "state per head", "query accuracy (test, mean ± std)"),
           "## The main result", "reports/recall", recall_headline),
-    Quote("docs/results.md", _RUN_ACCURACY, "reports/translation/default/report.md", "reports/translation/default/report.md",
+    Quote("docs/results.md", _RUN_ACCURACY, "reports/translation/default/report.md", "reports/translation/default",
           copied()),
     Quote("docs/results.md", ("run", "role", "kind", "seq len", "numerical rank", "effective rank", "stable rank",
                         "rank bound"), "reports/translation/default/report.md",
-          "reports/translation/default/report.md", copied(2), 2),
-    Quote("docs/results.md", _RUN_ACCURACY, "reports/translation/kinds/report.md", "reports/translation/kinds/report.md",
+          "reports/translation/default", copied(2), 2),
+    Quote("docs/results.md", _RUN_ACCURACY, "reports/translation/kinds/report.md", "reports/translation/kinds",
           copied()),
-    Quote("docs/results.md", _RUN_ACCURACY, "reports/translation/splits/report.md", "reports/translation/splits/report.md",
+    Quote("docs/results.md", _RUN_ACCURACY, "reports/translation/splits/report.md", "reports/translation/splits",
           copied()),
     Quote("docs/results.md", ("run", "simple", "length", "length: token accuracy",
                         "length: effective rank of the cross-attention"),
           "reports/translation/forms/report.md", "reports/translation/forms", translation_forms),
     Quote("docs/results.md", _MLM_ACCURACY,
-          "reports/mlm/report.md", "reports/mlm/report.md", copied()),
+          "reports/mlm/report.md", "reports/mlm", copied()),
     Quote("docs/results.md", ("run", "kind", "seq len", "numerical rank", "max numerical rank", "effective rank",
                         "stable rank", "rank bound", "matrices over bound", "mean > head dim (32)"),
-          "reports/mlm/report.md", "reports/mlm/report.md", copied()),
+          "reports/mlm/report.md", "reports/mlm", copied()),
     Quote("docs/results.md", ("pilot", "variant", "validation @300", "@600", "@900", "@1200", "test masked accuracy",
                               "recall slice", "rest"),
           "reports/mlm/pilots/report.md", "reports/mlm/pilots/report.md", copied()),
-    *(Quote("docs/results.md", header, "reports/mlm/standard/report.md", "reports/mlm/standard/report.md", copied(key))
+    *(Quote("docs/results.md", header, "reports/mlm/standard/report.md", "reports/mlm/standard", copied(key))
       for header, key in (((*_MLM_ACCURACY, "selected"), 1), (_MLM_RECALL_SLICE, 1), (_MLM_PICK, 1),
                           (_PREDICTORS, 1), (_BY_LAYER, 3))),
-    Quote("docs/results.md", _PREDICTORS, "reports/mlm/report.md", "reports/mlm/report.md", copied()),
+    Quote("docs/results.md", _PREDICTORS, "reports/mlm/report.md", "reports/mlm", copied()),
     Quote("docs/results.md", (*_KIND_STATE, "N = 4", "N = 8", "N = 16"), "## Associative recall", "reports/recall",
           recall_runs),
     Quote("docs/results.md", (*_KIND_STATE, "query accuracy", "effective rank, layer 0", "effective rank, layer 1"),
@@ -247,18 +280,18 @@ QUOTES = [
                         "effective rank, layer 1"),
           "reports/recall/kinds/report.md", "reports/recall/kinds", recall_runs),
     Quote("docs/results.md", ("run", "N", "seeds", "query accuracy (mean ± std)", "per seed", "selected"),
-          "reports/recall/anchors/report.md", "reports/recall/anchors/report.md", copied()),
+          "reports/recall/anchors/report.md", "reports/recall/anchors", copied()),
     Quote("docs/results.md", ("run", *(f"learning_rate={rate}" for rate in ("0.0001", "0.000464", "0.00215", "0.01")),
                               "selected"),
-          "reports/recall/anchors/report.md", "reports/recall/anchors/report.md", copied()),
+          "reports/recall/anchors/report.md", "reports/recall/anchors", copied()),
     Quote("docs/results.md", ("run", "kind", "pooling", "seeds", "accuracy (mean ± std)", "per seed", "loss"),
           "reports/listops/report.md", "reports/listops", listops_runs),
     Quote("docs/results.md", ("estimator", "width w", "test MSE"), "reports/nadaraya_watson/report.md",
-          "reports/nadaraya_watson/report.md",
+          "reports/nadaraya_watson",
           copied(rows={"fixed kernel": "fixed width", "learned kernel": "learned width"})),
     Quote("docs/results.md", ("d", "row entropy, q.k", "row entropy, q.k / sqrt(d)", "Jacobian median, q.k",
                         "Jacobian median, q.k / sqrt(d)"), "reports/attention_scale/report.md",
-          "reports/attention_scale/report.md",
+          "reports/attention_scale",
           copied(rows={"1,024": "1024"}, columns={"row entropy, q.k": "entropy, q.k",
                                                   "row entropy, q.k / sqrt(d)": "entropy, scaled",
                                                   "Jacobian median, q.k / sqrt(d)": "Jacobian median, scaled"})),
@@ -336,7 +369,7 @@ def test_a_changed_cell_fails():
     text = _read("docs/results.md")
     quotes = {quote.source: quote for quote in QUOTES}
     for quote, old, new in ((quotes["reports/recall/kinds"], "| 0.76 ± 0.02 | 12.36 |", "| 0.76 ± 0.02 | 12.82 |"),
-                            (quotes["reports/translation/splits/report.md"], "| 0.0030 ± 0.0011 |",
+                            (quotes["reports/translation/splits"], "| 0.0030 ± 0.0011 |",
                              "| 0.0031 ± 0.0011 |")):
         assert mismatches(quote, text) == []
         changed = text.replace(old, new, 1)

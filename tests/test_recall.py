@@ -170,6 +170,39 @@ def test_short_convolution_is_the_causal_depthwise_sum_of_its_taps():
     np.testing.assert_allclose(conv(jnp.asarray(x)), expected, rtol=1e-5, atol=1e-6)
 
 
+def test_a_centred_convolution_sums_the_taps_on_both_sides_and_reads_no_padding():
+    conv = ShortConvolution(5, 3, rngs=nnx.Rngs(0), centered=True)
+    conv.bias[...] = jnp.arange(5.0)
+    x = np.random.default_rng(0).normal(size=(2, 7, 5)).astype(np.float32)
+    valid = np.ones((2, 7), bool)
+    valid[1, 5:] = False  # the second sequence ends after 5 positions
+    kernel, bias = np.asarray(conv.kernel[...]), np.arange(5.0)
+    real = np.where(valid[..., None], x, 0.0)
+    expected = np.zeros_like(x)
+    for t in range(7):  # tap j reads position t + 1 - j: the next, this and the previous one
+        expected[:, t] = bias + sum(kernel[j] * real[:, t + 1 - j] for j in range(3) if 0 <= t + 1 - j < 7)
+    np.testing.assert_allclose(conv(jnp.asarray(x), jnp.asarray(valid)), expected, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="odd kernel size, not 4"):
+        ShortConvolution(5, 4, rngs=nnx.Rngs(0), centered=True)
+
+
+def test_a_centred_convolution_is_refused_in_a_causal_role():
+    config = recall_config.get_config("tiny")
+    config.model.conv_centered = True
+    with pytest.raises(ConfigError, match="conv_centered=True: this model's convolution is in a causal role "
+                                          r"\(decoder_self\), where it would read later positions"):
+        validate.validate(config)
+    config.dataset.form = "bidirectional"
+    validate.validate(config)  # an encoder: both sides are its to read
+    config.model.conv_kernel = 4
+    with pytest.raises(ConfigError, match="needs an odd config.model.conv_kernel"):
+        validate.validate(config)
+    spec = {"num_layers": 1, "d_model": 8, "num_heads": 2, "mlp_dim": 8, "dropout_rate": 0.0, "max_len": 12,
+            "conv_kernel": 3, "conv_centered": True}
+    with pytest.raises(ValueError, match="not in the causal role decoder_self"):
+        EncoderBlock(TransformerSpec(**spec), rngs=nnx.Rngs(0), role="decoder_self")
+
+
 def _elu_plus_one(x):
     return np.where(x > 0, x + 1, np.exp(x))
 
@@ -278,6 +311,12 @@ def test_a_tiny_run_writes_the_recall_eval_json(trained):
     for row in result["rank"]:
         assert row["seq_len"] == dataset.seq_len and 1 <= row["numerical_rank"] <= 2
         assert row["rank_bound"] == (8 if role == "encoder_self" else None)
+    # The shapes of the same query rows: N = 2 per analysed example, a logit spread for softmax only.
+    assert len(result["shape"]) == model.num_layers * model.num_heads
+    for row in result["shape"]:
+        assert (row["role"], row["query_rows"]) == (role, "all")
+        assert row["rows"] == 2 * min(config.eval.rank_examples, dataset.test_size)
+        assert (row["logit_spread"] is None) == (config.attention.name == "linear")
 
 
 def test_a_tiny_run_lowers_the_loss(trained):

@@ -75,7 +75,7 @@ class PreviousToken:
         return evaluation.write_eval_json(config, workdir, {
             "step": int(step), "task": self.NAME, "split": "test", "num_examples": len(data.test["inputs"]),
             "attention": model_config.role_kinds(config, self.roles(config)), "metrics": self.summarize(sums),
-            "rank": evaluation.encoder_analysis(config, workdir, model, data.test["inputs"], 0, list),
+            **evaluation.encoder_analysis(config, workdir, model, data.test["inputs"], 0, list),
             "state": evaluation.attention_state(model, {"encoder_self": LENGTH})})
 
 

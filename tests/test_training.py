@@ -35,8 +35,8 @@ def _lines(workdir):
 
 def test_eval_json_has_the_documented_keys(trained):
     config, _, written = trained
-    assert set(written) == {"step", "task", "split", "num_examples", "attention", "metrics", "rank", "state",
-                            "config", "runtime"}
+    assert set(written) == {"step", "task", "split", "num_examples", "attention", "metrics", "rank", "shape",
+                            "state", "config", "runtime"}
     assert written["config"] == json.loads(json.dumps(config.to_dict()))
     assert written["runtime"] == devices.runtime()  # platform, device kind and count, jax and jaxlib
     assert (written["step"], written["task"], written["num_examples"]) == (20, "translation", 40)
@@ -61,6 +61,13 @@ def test_eval_json_has_the_documented_keys(trained):
         assert row["rank_bound"] is None  # softmax
         # Means over examples of per-matrix values, so only orderings that hold per matrix are checked.
         assert 1 <= row["stable_rank"] <= row["numerical_rank"] + 1e-6
+    # Shapes of the same matrices: every row of each, the decoder's (target) rows in its self- and
+    # cross-attention alike; softmax has a logit spread.
+    shapes = written["shape"]
+    assert [(r["role"], r["layer"], r["head"], r["query_rows"]) for r in shapes] == [
+        (r["role"], r["layer"], r["head"], "all") for r in rows]
+    target_rows = {r["rows"] for r in shapes if r["role"] in ("decoder_self", "cross")}
+    assert len(target_rows) == 1 and all(r["logit_spread"] is not None for r in shapes)
 
 
 def test_workdir_holds_config_metrics_checkpoints_and_plots(trained):
@@ -134,8 +141,26 @@ def test_tensorboard_events_hold_every_metric_the_run_logged(trained):
     logged = {(f"{line['split']}/{key}", line["step"]): value for line in _lines(workdir)
               for key, value in line.items() if key not in ("step", "split", "elapsed_s")}
     logged.update({(tag, 20): value for tag, value in metrics.evaluation_scalars(result).items()})
-    assert {"train/loss", "eval/exact_match", "test/bleu", "rank/cross/layer0/stable"} <= {tag for tag, _ in logged}
+    assert {"train/loss", "eval/exact_match", "test/bleu", "rank/cross/layer0/stable",
+            "shape/cross/layer0/row_entropy", "shape/decoder_self/layer0/logit_spread"} <= {tag for tag, _ in logged}
     assert scalars == pytest.approx(logged, rel=1e-6)
+
+
+def test_evaluation_scalars_average_shape_rows_over_heads_and_name_a_selection():
+    def row(head, query_rows, entropy, spread):
+        return {"role": "encoder_self", "layer": 1, "head": head, "query_rows": query_rows, "rows": 8,
+                "row_entropy": entropy, "entropy_fraction": None, "top1_weight": 0.5, "top1_above_half": 0.25,
+                "logit_spread": spread}
+
+    result = {"metrics": {"loss": 1.0}, "rank": [],
+              "shape": [row(0, "all", 1.0, None), row(1, "all", 2.0, None), row(0, "recall", 3.0, 4.0)]}
+    assert metrics.evaluation_scalars(result) == {
+        "test/loss": 1.0,
+        "shape/encoder_self/layer1/row_entropy": 1.5, "shape/encoder_self/layer1/top1_weight": 0.5,
+        "shape/encoder_self/layer1/top1_above_half": 0.25,
+        "shape/encoder_self/layer1/recall/row_entropy": 3.0, "shape/encoder_self/layer1/recall/top1_weight": 0.5,
+        "shape/encoder_self/layer1/recall/top1_above_half": 0.25, "shape/encoder_self/layer1/recall/logit_spread": 4.0}
+    assert metrics.evaluation_scalars({"metrics": {}, "rank": []}) == {}  # a task that writes no shape rows
 
 
 def test_eval_py_restores_the_trained_parameters(trained, tmp_path):

@@ -1,5 +1,5 @@
 """An offline W&B run (no account, no network) holds what the run logged: train, eval and test metrics,
-per-layer rank scalars, attention state sizes, the rank table, the spectra as charts and the heat maps."""
+per-layer rank and shape scalars, attention state sizes, the rank and shape tables, the spectra as charts and the heat maps."""
 import glob
 import json
 import os
@@ -33,11 +33,14 @@ def test_an_offline_run_writes_every_logged_key_to_the_workdir(tiny_config, tmp_
             "eval/exact_match", "test/bleu",
             *(f"rank/{role}/layer0/{metric}" for role in ("encoder_self", "decoder_self", "cross")
               for metric in ("numerical", "effective", "stable")),
+            *(f"shape/{role}/layer0/{metric}" for role in ("encoder_self", "decoder_self", "cross")
+              for metric in ("row_entropy", "top1_weight", "logit_spread")),
             *(f"state/{role}/{size}" for role in ("encoder_self", "decoder_self", "cross")
               for size in ("per_head", "total")), "runtime", "device_kind", "jaxlib"]
     assert [key for key in keys if key.encode() not in logged] == []
     media = os.path.join(run_dir, "files", "media")
     assert glob.glob(os.path.join(media, "table", "rank", "*.table.json"))
+    assert glob.glob(os.path.join(media, "table", "shape", "*.table.json"))
     images = glob.glob(os.path.join(media, "images", "plots", "*"))
     assert {os.path.basename(path).split("_")[0] for path in images} == {"attention"}
     # The spectra as data, one line chart per role and layer: s / s_max against its index.

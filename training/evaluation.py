@@ -1,5 +1,5 @@
-"""Evaluation shared by the tasks: metric sums over a split, attention capture, ranks, plots, eval.json. The
-entry that evaluates a workdir, eval.py's, is training/loop.py's `evaluate`."""
+"""Evaluation shared by the tasks: metric sums over a split, attention capture, ranks and row shapes, plots,
+eval.json. The entry that evaluates a workdir, eval.py's, is training/loop.py's `evaluate`."""
 import contextlib
 import io
 import json
@@ -9,7 +9,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from analysis import plots, rank
+from analysis import plots, rank, shape
 from data import pipeline
 from models import CAUSAL_ROLES
 from training import atomic, devices, sharding, workdirs
@@ -93,12 +93,14 @@ def attention_state(model, seq_lens: dict[str, int]) -> dict:
     return state
 
 
-def attention_analysis(config, workdir, model, weights, query_len, key_len, tokens_q, tokens_k) -> list:
-    """Rank rows of eval.json and spectra.json for `weights` (role -> [layers, B, H, Lq, Lk]) whose
-    example e is valid on [:query_len[role][e], :key_len[role][e]]; example 0's weights in
-    plots/attention_example.npz; its heat maps and the spectra as plots when `config.eval.plots`."""
+def attention_analysis(config, workdir, model, weights, query_len, key_len, tokens_q, tokens_k,
+                       query_positions=None, selections=None) -> dict:
+    """eval.json's `rank` and `shape` rows and spectra.json for `weights` (role -> [layers, B, H, Lq, Lk])
+    whose example e is valid on [:query_len[role][e], :key_len[role][e]]; example 0's weights in
+    plots/attention_example.npz; its heat maps and the spectra as plots when `config.eval.plots`.
+    query_positions and selections: see shape_rows."""
     if not weights:  # a model without attention (the RNN baseline's lower bound)
-        return []
+        return {"rank": [], "shape": []}
     bounds = rank_bounds(model)
     singular_values = rank.attention_spectra(weights, query_len, key_len)
     summary = rank.summarize_attention(singular_values, query_len, key_len, bounds)
@@ -114,7 +116,23 @@ def attention_analysis(config, workdir, model, weights, query_len, key_len, toke
     if config.eval.plots:
         plots.plot_attention_heatmaps(first, tokens_q, tokens_k, os.path.join(plot_dir, "attention.png"))
         plots.plot_spectra(spectra, bounds, os.path.join(plot_dir, "spectra.png"))
-    return summary
+    return {"rank": summary,
+            "shape": shape_rows(model, weights, query_len, key_len, query_positions or {}, selections or {})}
+
+
+def shape_rows(model, weights, query_len, key_len, query_positions: dict, selections: dict) -> list:
+    """analysis/shape.py's rows of `weights` (as attention_analysis's) over every unpadded query row and over
+    each of `selections` (name -> [B, Lq] bool, in every role). A row's keys are its example's unpadded ones,
+    in a causal role those up to its position: query_positions[role] [B, Lq], by default the row's index."""
+    positions = {role: query_positions.get(role, np.tile(np.arange(w.shape[-2]), (w.shape[1], 1)))
+                 for role, w in weights.items()}
+    rows = shape.attention_rows(weights, key_len, positions, CAUSAL_ROLES)
+    chosen = {}
+    for role, w in weights.items():
+        valid = np.arange(w.shape[-2]) < np.asarray(query_len[role])[:, None]
+        chosen[role] = {shape.ALL_ROWS: valid} | {name: valid & rows_of for name, rows_of in selections.items()}
+    softmax = {role: layers[0].feature_dim is None for role, layers in model.attention_layers().items()}
+    return shape.summarize_shape(rows, chosen, softmax)
 
 
 def write_attention_example(path: str, weights: dict, tokens_q: dict, tokens_k: dict) -> None:
@@ -141,14 +159,17 @@ def read_attention_example(path: str) -> dict[str, dict]:
                 for role in arrays.files if not role.endswith((QUERY_TOKENS, KEY_TOKENS))}
 
 
-def encoder_analysis(config, workdir, model, inputs, pad_id: int, tokens_of) -> list:
+def encoder_analysis(config, workdir, model, inputs, pad_id: int, tokens_of, selections=None) -> dict:
     """attention_analysis of the encoder self-attention over a fixed sample of `inputs` [N, L] (padded
-    with pad_id); tokens_of(ids) names the tokens of the first example's unpadded ids for the heat maps."""
-    batch = {"inputs": inputs[rank_sample(len(inputs), config.eval.rank_examples)]}
+    with pad_id); tokens_of(ids) names the tokens of the first example's unpadded ids for the heat maps;
+    `selections` (name -> [N, L] bool) the query rows of `inputs` averaged apart in the shape rows."""
+    sample = rank_sample(len(inputs), config.eval.rank_examples)
+    batch = {"inputs": inputs[sample]}
     weights = attention_weights(model, lambda m, b: m(b["inputs"]), batch)
     lengths = {"encoder_self": (batch["inputs"] != pad_id).sum(1)}
     tokens = {"encoder_self": tokens_of(batch["inputs"][0, : lengths["encoder_self"][0]])}
-    return attention_analysis(config, workdir, model, weights, lengths, lengths, tokens, tokens)
+    return attention_analysis(config, workdir, model, weights, lengths, lengths, tokens, tokens,
+                              selections={name: rows[sample] for name, rows in (selections or {}).items()})
 
 
 def write_eval_json(config, workdir: str, result: dict) -> dict:

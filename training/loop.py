@@ -11,6 +11,7 @@ import numpy as np
 from flax import nnx
 
 from analysis import plots
+from attention import aux_losses
 from data.prefetch import prefetch
 import tasks
 from training import (atomic, devices, evaluation, interrupts, locks, model_config, profiling, sharding, validate,
@@ -121,6 +122,8 @@ def _log_train_window(task, config, writer: MetricsWriter, window: list[dict], d
     metrics = {**task.summarize(sums), "learning_rate": float(learning_rate_schedule(config)(done - 1)),
                "grad_norm": float(np.mean([m["grad_norm"] for m in counted])), "steps_per_sec": steps_per_sec,
                "tokens_per_sec": tokens_per_sec}
+    if aux_losses.NAME in sums:  # the mean over the window of what the model's modules added to the loss
+        metrics[aux_losses.NAME] = float(sums[aux_losses.NAME] / len(counted))
     if config.nonfinite == "skip":
         metrics["skipped_steps"] = skipped
     writer.write(done, "train", elapsed_s, metrics)

@@ -6,6 +6,7 @@ import secrets
 
 import tensorboardX
 
+from analysis import shape
 from training import atomic, devices, workdirs
 
 
@@ -76,8 +77,10 @@ def read_metrics(directory: str) -> list[dict]:
 
 
 def evaluation_scalars(result: dict) -> dict[str, float]:
-    """eval.json's numbers by tag: test metrics `test/<metric>`, ranks `rank/<role>/layer<i>/<metric>`
-    (means over heads) and attention state sizes `state/<role>/{per_head,total,feature_dim}`."""
+    """eval.json's numbers by tag: test metrics `test/<metric>`, ranks `rank/<role>/layer<i>/<metric>`,
+    row shapes `shape/<role>/layer<i>/<metric>` (every query row; a selection of them, MLM's parts,
+    `shape/<role>/layer<i>/<selection>/<metric>`), all means over heads, and attention state sizes
+    `state/<role>/{per_head,total,feature_dim}`."""
     scalars = {f"test/{key}": value for key, value in result["metrics"].items()}
     rows = result["rank"]
     for role, layer in dict.fromkeys((row["role"], row["layer"]) for row in rows):
@@ -85,10 +88,25 @@ def evaluation_scalars(result: dict) -> dict[str, float]:
         for metric in ("numerical", "effective", "stable"):
             values = [row[f"{metric}_rank"] for row in heads]
             scalars[f"rank/{role}/layer{layer}/{metric}"] = sum(values) / len(values)
+    scalars.update(_shape_scalars(result.get("shape", [])))  # a task may write no shape rows
     for role, state in result.get("state", {}).items():
         scalars.update({f"state/{role}/{key}": state[key] for key in ("per_head", "total")})
         if state["feature_dim"] is not None:
             scalars[f"state/{role}/feature_dim"] = state["feature_dim"]
+    return scalars
+
+
+def _shape_scalars(rows: list[dict]) -> dict[str, float]:
+    """The shape rows' metrics by tag, means over the heads that have one (a logit spread is None outside
+    the softmax family, an entropy fraction None over rows of a single key)."""
+    scalars = {}
+    for role, layer, selection in dict.fromkeys((row["role"], row["layer"], row["query_rows"]) for row in rows):
+        heads = [row for row in rows if (row["role"], row["layer"], row["query_rows"]) == (role, layer, selection)]
+        prefix = f"shape/{role}/layer{layer}" + ("" if selection == shape.ALL_ROWS else f"/{selection}")
+        for metric in shape.METRIC_NAMES:
+            values = [row[metric] for row in heads if row[metric] is not None]
+            if values:
+                scalars[f"{prefix}/{metric}"] = sum(values) / len(values)
     return scalars
 
 
@@ -165,7 +183,7 @@ class MetricsWriter:
             self.run.log(scalars, step=step)
 
     def log_evaluation(self, step: int, result: dict, workdir: str) -> None:
-        """eval.json's evaluation_scalars to TensorBoard and W&B; to W&B also the rank rows as a table,
+        """eval.json's evaluation_scalars to TensorBoard and W&B; to W&B also the rank and shape rows as tables,
         spectra.json as line charts and the attention heat maps as an image."""
         self._log_scalars(step, evaluation_scalars(result))
         if self.run is None:
@@ -173,8 +191,9 @@ class MetricsWriter:
         import wandb
 
         logged = _spectra_charts(workdir)
-        if rows := result["rank"]:
-            logged["rank/table"] = wandb.Table(columns=list(rows[0]), data=[list(row.values()) for row in rows])
+        for key in ("rank", "shape"):
+            if rows := result.get(key):
+                logged[f"{key}/table"] = wandb.Table(columns=list(rows[0]), data=[list(row.values()) for row in rows])
         if os.path.exists(path := os.path.join(workdir, "plots", "attention.png")):
             logged["plots/attention"] = wandb.Image(path)
         self.run.log(logged, step=step)

@@ -2,7 +2,9 @@
 Transformer's spec. A task names its model's roles (tasks/interface.py); the tasks build their models from
 these and training/validate.py checks the config against them, so both read the config the same way."""
 import attention
+from attention import registry
 from models.transformer import ROLES, TransformerSpec
+from training.config_checks import ConfigError
 
 
 def registered_kinds(config) -> list[str]:
@@ -14,6 +16,21 @@ def registered_kinds(config) -> list[str]:
 def role_kinds(config, roles: tuple[str, ...]) -> dict[str, str]:
     """The attention kind of each of `roles`: the role's override, else `attention.name`."""
     return {role: config.attention[role] or config.attention.name for role in roles}
+
+
+def kind_field(config, role: str) -> str:
+    """The field that sets `role`'s kind: attention.<role> where it is set, else attention.name."""
+    return f"attention.{role}" if config.attention[role] else "attention.name"
+
+
+def check_incremental(config, roles: tuple[str, ...], need: str) -> None:
+    """Refuses in `roles`, which `need` it (attend causally, are decoded one position at a time), a kind that
+    is not incremental (attention/score_base.py): it would raise only once the model runs."""
+    for role, kind in role_kinds(config, roles).items():
+        if kind in attention.names() and not registry.get(kind).incremental:
+            raise ConfigError(f"config.{kind_field(config, role)}={kind!r}: the {role} role {need}, and kind "
+                              f"{kind!r} cannot: a row of its weights depends on the later queries; give "
+                              f"attention.{role} another kind")
 
 
 def kind_options(config, roles: tuple[str, ...]) -> dict[str, dict]:
@@ -32,5 +49,5 @@ def transformer_spec(config, max_len: int, roles: tuple[str, ...]) -> Transforme
         num_layers=model.num_layers, d_model=model.d_model, num_heads=model.num_heads, mlp_dim=model.mlp_dim,
         dropout_rate=model.dropout_rate, max_len=max_len, positions=model.positions,
         tied_embeddings=model.get("tied_embeddings", True),  # a classifier has its own output layer
-        qk_head_dim=model.qk_head_dim, conv_kernel=model.conv_kernel,
+        qk_head_dim=model.qk_head_dim, conv_kernel=model.conv_kernel, conv_centered=model.conv_centered,
         attention=role_kinds(config, roles), attention_options=kind_options(config, roles))

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from attention import aux_losses
 from training import sharding
 
 
@@ -50,6 +51,9 @@ def make_train_step(graphdef, optimizer, loss_fn, dropout_key, *, compute_dtype:
                     shardings=None):
     """loss_fn(model, batch) -> (loss, sums). Returns jitted (state, batch) -> (state, step metrics).
 
+    The loss differentiated is loss_fn's plus the auxiliary losses the model's modules add in training
+    (attention/aux_losses.py), whose sum is also returned as the metric `aux_loss` when there are any.
+
     Dropout noise is a function of (dropout_key, step), so a resumed run draws what an uninterrupted
     one would. A step whose loss or gradient is not finite leaves the state unchanged and says so in
     its metrics (`finite`), for the loop to stop on without a host sync per step. `shardings` (those of
@@ -68,6 +72,8 @@ def make_train_step(graphdef, optimizer, loss_fn, dropout_key, *, compute_dtype:
             if hasattr(module, "on_train_step"):
                 module.on_train_step(step)
         loss, sums = loss_fn(model, batch)
+        if (aux_loss := aux_losses.pop_total(model)) is not None:  # popped: no state for the next step
+            loss, sums = loss + aux_loss, {**sums, aux_losses.NAME: aux_loss}
         # The RNG state that dropout advanced, carried out of the trace.
         return loss, (sums, nnx.state(model, nnx.Not(nnx.Param)))
 

@@ -6,7 +6,7 @@ from flax import nnx
 
 import attention
 import tasks
-from models import ROLES
+from models import CAUSAL_ROLES, ROLES
 from training import model_config, profiling, sharding, steps, workdirs
 from training.config_checks import ConfigError, check_int, check_number, choice
 
@@ -37,15 +37,17 @@ def _check_resume_fields(config) -> None:
 
 
 def _check_attention_fields(config, task) -> None:
-    """Only roles the model has, a kind that role may take, and options some kind takes."""
+    """Only roles the model has, a kind that role may take (in a causal role, an incremental one), and options
+    some kind takes."""
     model_roles = task.roles(config)
     for role in ROLES:
         if config.attention[role] and role not in model_roles:
             raise ConfigError(f"config.attention.{role}={config.attention[role]!r}: the {task.NAME} task's "
                               f"model has no {role} attention (its roles: {', '.join(model_roles)})")
     for role, kind in model_config.role_kinds(config, model_roles).items():
-        choice(f"attention.{role}" if config.attention[role] else "attention.name", kind,
-               task.allowed_kinds(config))
+        choice(model_config.kind_field(config, role), kind, task.allowed_kinds(config))
+    model_config.check_incremental(config, tuple(role for role in model_roles if role in CAUSAL_ROLES),
+                                   "attends causally")
     known_options = attention.all_options() | {"name", *ROLES}
     for key in config.attention:
         choice(f"attention.{key} (an attention option)", key, sorted(known_options))
@@ -86,6 +88,23 @@ def _check_kind_options(config, task) -> None:
             _check_unread_option(config, option, config.attention[option])
 
 
+def _check_convolution(config, task) -> None:
+    """A centred convolution needs an odd kernel and a bidirectional role. The convolution sits in an
+    Encoder's blocks, whose role is causal exactly when the model's only self-attention is decoder_self
+    (recall's causal language model; an encoder-decoder's decoder has none)."""
+    if not config.model.conv_centered:
+        return
+    if not isinstance(config.model.conv_centered, bool):
+        raise ConfigError(f"config.model.conv_centered={config.model.conv_centered!r} must be True or False")
+    if config.model.conv_kernel % 2 == 0:
+        raise ConfigError(f"config.model.conv_centered=True needs an odd config.model.conv_kernel (the same "
+                          f"number of positions on each side), not {config.model.conv_kernel}")
+    if "encoder_self" not in task.roles(config):
+        raise ConfigError("config.model.conv_centered=True: this model's convolution is in a causal role "
+                          f"({', '.join(task.roles(config))}), where it would read later positions; use the "
+                          "causal convolution (conv_centered=False)")
+
+
 def check_devices(config) -> None:
     """The device and precision fields, checked before jax.distributed.initialize(), which must precede
     any JAX computation (the rest of validate() runs some)."""
@@ -111,6 +130,7 @@ def validate(config) -> None:
         raise ConfigError(f"config.model.d_model={config.model.d_model} is not divisible by "
                           f"config.model.num_heads={config.model.num_heads}")
     _check_kind_options(config, task)
+    _check_convolution(config, task)
     choice("model.positions", config.model.positions, POSITIONS)
     choice("nonfinite", config.nonfinite, NONFINITE)
     profiling.window(config)

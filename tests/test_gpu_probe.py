@@ -1,0 +1,112 @@
+"""scripts/gpu_probe.sh, the one-shot check of a lent GPU machine (benchmarks/probe.py): its smoke run, every
+step at toy sizes on the CPU, records a status for every step and leaves OUT within what a lent machine gives
+back (at most 8 files, none deeper than 2 folders, results.json readable); a step is stopped at its cap, a
+failing one keeps its exit status, one the budget cannot fit is skipped; the tests' outcomes are read from a
+log cut short; the MFU's peak is the device kind's."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+import types
+
+import pytest
+
+from benchmarks import linear_paths, probe
+from scripts import bench_attention, bench_linear_paths, bench_train, command_line
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    base = tmp_path_factory.mktemp("probe")
+    done = subprocess.run([str(ROOT / "scripts" / "gpu_probe.sh"), "--smoke", f"--out={base / 'out'}",
+                           f"--work={base / 'work'}", "--wheelhouse=none"],
+                          env={**os.environ, "PYTHON": sys.executable, "PROBE_STUDY": ""}, capture_output=True,
+                          text=True, timeout=900)
+    return base / "out", done
+
+
+def test_every_step_runs_and_records_its_status(smoke):
+    out, done = smoke
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    steps = json.loads((out / "results.json").read_text())["steps"]
+    status = {step["name"]: step["status"] for step in steps}
+    found = {step["name"]: step["result"] for step in steps}
+    assert list(status) == [step.name for step in probe.STEPS]
+    assert status.pop("install").startswith("skipped: --wheelhouse=none")
+    assert status.pop("study") == "skipped: PROBE_STUDY is not set"
+    assert set(status.values()) == {"ok"}
+    assert found["versions"]["packages"]["jax"]["version"] and found["versions"]["device_count"] >= 1
+    assert found["tests"]["ran"] == found["tests"]["selected"] > 0 and found["tests"]["failing"] == []
+    assert found["pallas_check"]["ok"] and found["pallas_check"]["rows"]
+    assert found["mlm_train"]["overrides"] == {"compute_dtype": "bfloat16"}
+    assert found["mlm_train"]["configs"][0]["steps_per_sec"] > 0
+    summary = (out / "summary.md").read_text()
+    assert all(f"| {name} |" in summary for name in status) and "## mlm_train" in summary
+
+
+def test_out_holds_at_most_8_files_none_deeper_than_2_folders(smoke):
+    out, _ = smoke
+    files = [path.relative_to(out) for path in out.rglob("*") if path.is_file()]
+    assert {"summary.md", "results.json", "logs.txt", "mlm_train.md"} <= {str(path) for path in files}
+    assert len(files) <= 8 and all(len(path.parts) <= 3 for path in files)
+    names = probe.packed_names()  # every file a probe may write, the study's report too
+    assert len(names) == len(set(names)) <= probe.MAX_FILES == 8
+
+
+def _probe(tmp_path, budget_s: float = 60.0, steps: str = "") -> probe.Probe:
+    options = types.SimpleNamespace(steps=steps, study="", wheelhouse="none", site=str(tmp_path / "site"))
+    return probe.Probe(options, "smoke", str(tmp_path / "out"), str(tmp_path), dict(os.environ),
+                       time.monotonic() + budget_s, "now")
+
+
+def _step(name: str, cap_s: float, argv: list[str]) -> probe.Step:
+    return probe.Step(name, cap_s, lambda probe, cap_s: argv, lambda probe: None)
+
+
+def test_a_step_is_stopped_at_its_cap_and_a_failing_one_keeps_its_exit_status(tmp_path, monkeypatch):
+    monkeypatch.setattr(probe, "MIN_STEP_S", 0)
+    started = time.monotonic()
+    record = probe.run_step(_probe(tmp_path), _step("sleeper", 1, ["sleep", "30"]))
+    assert record["status"] == "timed out at its cap of 1 s" and time.monotonic() - started < 10
+    record = probe.run_step(_probe(tmp_path), _step("failing", 30, [sys.executable, "-c", "print('said'); exit(3)"]))
+    assert record["status"] == "failed (exit 3)" and (tmp_path / "failing.log").read_text() == "said\n"
+
+
+def test_a_step_the_budget_cannot_fit_or_not_in_steps_is_skipped(tmp_path):
+    record = probe.run_step(_probe(tmp_path, budget_s=probe.MIN_STEP_S - 1), _step("late", 60, ["true"]))
+    assert record["status"].startswith("skipped: out of time") and not (tmp_path / "late.log").exists()
+    record = probe.run_step(_probe(tmp_path, steps="versions"), _step("other", 60, ["true"]))
+    assert record["status"] == "skipped: not in --steps"
+
+
+def test_test_outcomes_are_read_from_a_log_cut_short(tmp_path):
+    (tmp_path / "tests.log").write_text(
+        "collected 10 items / 4 deselected / 6 selected\n\n"
+        "tests/test_a.py::test_x[1-2] PASSED                [ 16%]\n"
+        "tests/test_a.py::test_y FAILED                     [ 33%]\n"
+        "tests/test_b.py::test_z SKIPPED (needs a GPU)      [ 50%]\n")
+    assert probe.read_test_outcomes(_probe(tmp_path)) == {
+        "selected": 6, "ran": 3, "counts": {"PASSED": 1, "FAILED": 1, "SKIPPED": 1},
+        "failing": ["tests/test_a.py::test_y"], "final": None}
+
+
+@pytest.mark.parametrize("kind, peak", [("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA H100 PCIe", 756e12),
+                                        ("NVIDIA H200", 989e12), ("cpu", None)])
+def test_the_bf16_peak_is_the_device_kinds(kind, peak):
+    assert probe.bf16_peak(kind) == peak
+
+
+@pytest.mark.parametrize("script, arguments", [(bench_linear_paths, "linear_paths"), (bench_attention, "attention"),
+                                               (bench_train, "train")])
+def test_the_full_runs_arguments_are_flags_of_its_scripts(script, arguments):
+    """What the smoke run cannot check, the sizes of the run on a GPU: a flag the script lacks, or a value its
+    flag refuses, ends the parse with status 2."""
+    options = command_line.parse(script.FLAGS, list(getattr(probe.SIZES["full"], arguments)), script.__doc__)
+    if script is bench_linear_paths:
+        assert [column["implementation"] for column in linear_paths.parse_columns(options.columns)] == [
+            "xla", "pallas", "pallas", "pallas"]
+

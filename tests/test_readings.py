@@ -1,0 +1,419 @@
+"""The numbers README.md, docs/results.md and configs/mlm.py write in prose, held to the results they come
+from. READINGS lists each quoted sentence as the doc words it, "{}" where a number stands, with the function
+that computes those numbers from the study's results.json (through the functions the report itself uses:
+tasks/mlm.py's paired differences, analysis/stats.py) and their format; a number changed in the prose, or
+in the results, fails here. CLAIMS holds the words that carry no number ("in every seed") the same way. The
+README's MLM paragraph is held number by number: one that no reading covers fails
+test_every_number_of_the_mlm_paragraph_is_held."""
+import dataclasses
+import functools
+import json
+import os
+import re
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from analysis import report, stats
+from benchmarks.train import load_config
+from studies import catalog, runner
+from tasks import mlm, recall
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MLM = "reports/mlm/standard"
+ANCHORS = "reports/recall/anchors"
+RECALL_QUICK, RECALL_KINDS = "reports/recall", "reports/recall/kinds"
+ZOOLOGY_EPOCHS = 64  # Figure 2's schedule (configs/recall.py's anchor notes): 64 epochs of the training set
+NUMBER = r"[-+]?\d+(?:,\d{3})*(?:\.\d+)?"
+
+
+def _read(path: str) -> str:
+    with open(os.path.join(ROOT, path)) as f:
+        return f.read()
+
+
+@functools.cache
+def _results(report_dir: str) -> dict[str, list[dict]]:
+    return json.loads(_read(os.path.join(report_dir, report.RESULTS_JSON)))
+
+
+def _one(values) -> int | float:
+    """The value every run (or seed) shares."""
+    (value,) = set(values)
+    return value
+
+
+# --- the MLM study's numbers, as tasks/mlm.py's report computes them -------------------------------------------
+
+
+def _mlm(run: str) -> list[dict]:
+    return _results(MLM)[run]
+
+
+def kernelised() -> list[str]:
+    """The runs compared with a softmax run (mlm.reading's): every one but softmax."""
+    results = _results(MLM)
+    return [name for name, evals in results.items() if mlm._reference_name(evals, results) is not None]
+
+
+def gap(run: str, part: str = "all") -> tuple[float, float, float]:
+    """Softmax's lead over `run` in points, overall or on a part (mlm.PARTS): the mean of the differences
+    paired by seed and its 95% interval's ends, the report's reading negated."""
+    results = _results(MLM)
+    value = mlm._overall if part == "all" else mlm._slice_accuracy(part)
+    mean, half_width = mlm._difference(results[run], results[mlm._reference_name(results[run], results)], value)
+    return -100 * mean, -100 * (mean + half_width), -100 * (mean - half_width)
+
+
+def share(part: str) -> float:
+    """The part's share of the masked test positions, in percent: its mean over every seed of every run (the
+    report's "recall share" column, a mean over each run's seeds, whose masking differs)."""
+    return 100 * float(np.mean([result["recall_slice"][part]["share"]
+                                for evals in _results(MLM).values() for result in evals]))
+
+
+def gap_share(run: str, part: str) -> float:
+    """The part's share of `run`'s overall gap, in percent. Each seed's accuracy is its parts' accuracies
+    weighted by their shares of the positions (test_the_slices_make_up_the_accuracy), so the gap, paired by
+    seed, is the sum of the parts' weighted gaps: this part's over the whole."""
+    results = _results(MLM)
+    reference = results[mlm._reference_name(results[run], results)]
+    weighted = mlm._difference(results[run], reference,
+                               lambda result: result["recall_slice"][part]["share"] * mlm._slice_accuracy(part)(result))
+    return 100 * weighted[0] / mlm._difference(results[run], reference, mlm._overall)[0]
+
+
+def span(values) -> tuple[float, float]:
+    values = list(values)
+    return min(values), max(values)
+
+
+def accuracy(run: str, part: str = "all") -> tuple[float, float]:
+    """Mean ± std over seeds in percent, overall or on a part."""
+    value = mlm._overall if part == "all" else mlm._slice_accuracy(part)
+    mean, std = stats.mean_std([value(result) for result in _mlm(run)])
+    return 100 * mean, 100 * std
+
+
+def bigram(part: str = "all") -> float:
+    first = _mlm("softmax")[0]
+    return 100 * (first["baselines"] if part == "all" else first["recall_slice"][part]["baselines"])["bigram"]
+
+
+def bound(run: str) -> int:
+    return report.rank_bound(_mlm(run))
+
+
+def seq_len() -> int:
+    return _one(result["config"]["dataset"]["seq_len"] for evals in _results(MLM).values() for result in evals)
+
+
+def unbound() -> list[str]:
+    """The kernelised runs whose rank bound cannot bind on the seq_len x seq_len matrices."""
+    return [run for run in kernelised() if bound(run) >= seq_len()]
+
+
+def layer0(run: str, field: str) -> float:
+    return report.layer_ranks(_mlm(run))[0][field]
+
+
+def picked_validation(run: str) -> float:
+    """The validation accuracy of `run`'s chosen rate on the pick's schedule (runs.json), in percent."""
+    pick = json.loads(_read(os.path.join(MLM, runner.RUNS_JSON)))[run]["pick"]
+    return 100 * pick["validation"][str(pick["chosen"])]
+
+
+# --- the recall studies' numbers ------------------------------------------------------------------------------
+
+
+def query_accuracy(report_dir: str, run: str) -> float:
+    return 100 * stats.mean_std([result["metrics"]["query_accuracy"] for result in _results(report_dir)[run]])[0]
+
+
+def anchors_schedule() -> tuple[int, int, int, int]:
+    """(steps, batch, Zoology's epochs, training set) of the anchors' like-for-like arm."""
+    configs = [result["config"] for evals in _results(ANCHORS).values() for result in evals]
+    return (_one(config["num_train_steps"] for config in configs),
+            _one(config["per_device_batch_size"] for config in configs), ZOOLOGY_EPOCHS,
+            _one(config["dataset"]["train_size"] for config in configs))
+
+
+def anchors_fraction() -> float:
+    """The anchors' training examples as a percentage of Zoology's."""
+    steps, batch, epochs, train_size = anchors_schedule()
+    return 100 * steps * batch / (epochs * train_size)
+
+
+# --- the full MLM preset's passes over its corpus ----------------------------------------------------------------
+
+
+def corpus_train_sequences(seq_len: int) -> int:
+    """The scientific corpus's training sequences of `seq_len` tokens, from docs/usage.md's corpus table."""
+    lines = _read("docs/usage.md").splitlines()
+    header = next(i for i, line in enumerate(lines) if f"| sequences of {seq_len} |" in line)
+    column = [cell.strip() for cell in lines[header].strip("|").split("|")].index(f"sequences of {seq_len}")
+    train = next(line for line in lines[header:] if line.startswith("| train |"))
+    return int(train.strip("|").split("|")[column].strip().replace(",", ""))
+
+
+def full_preset_passes() -> tuple[int, int, float, int, int]:
+    """(steps, batch, passes, training sequences, sequence length) of the full MLM study (one device)."""
+    study = catalog.get_study("mlm", "full")
+    config = load_config(study.config, study.overrides)
+    sequences = corpus_train_sequences(config.dataset.seq_len)
+    passes = config.num_train_steps * config.per_device_batch_size / sequences
+    return config.num_train_steps, config.per_device_batch_size, passes, sequences, config.dataset.seq_len
+
+
+# --- the readings -----------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Reading:
+    doc: str
+    text: str  # as the doc words it (line breaks and bold marks dropped), "{}" where each number stands
+    numbers: Callable[[], tuple]  # those numbers, computed from the results
+    spec: str | tuple[str, ...] = ".1f"  # their format: one for all, or one each
+
+    def expected(self) -> list[str]:
+        numbers = self.numbers()
+        specs = (self.spec,) * len(numbers) if isinstance(self.spec, str) else self.spec
+        assert len(specs) == len(numbers) == self.text.count("{}"), self.text
+        return [format(number, spec) for number, spec in zip(numbers, specs)]
+
+    def pattern(self) -> re.Pattern:
+        return re.compile(f"({NUMBER})".join(re.escape(part) for part in self.text.split("{}")))
+
+
+README, RESULTS = "README.md", "docs/results.md"
+
+
+def _gap_and_bound(run: str) -> tuple:
+    return (*gap(run), bound(run))
+
+
+READINGS = [
+    # README.md, the MLM paragraph
+    Reading(README, "L = {}, head dim {}, {} steps, {} seeds at the rate each run picked",
+            lambda: (seq_len(), runner.head_dim(_results(MLM)),
+                     _one(result["config"]["num_train_steps"] for evals in _results(MLM).values() for result in evals),
+                     _one(len(evals) for evals in _results(MLM).values())), ("d", "d", ",d", "d")),
+    Reading(README, "softmax reaches {} ± {}% masked accuracy", lambda: accuracy("softmax")),
+    Reading(README, "(a two-neighbour bigram: {}%)", lambda: (bigram(),)),
+    Reading(README, "elu + 1 (m = {}) by {} points (95% CI {} to {})", lambda: (bound("linear"), *gap("linear")),
+            ("d", ".1f", ".1f", ".1f")),
+    Reading(README, "Performer by {} and {} (m = {}, {})",
+            lambda: (gap("performer_m32")[0], gap("performer_m128")[0], bound("performer_m32"),
+                     bound("performer_m128")), (".1f", ".1f", "d", "d")),
+    Reading(README, "Taylor (m = {}) by {} ({} to {})", lambda: (bound("taylor"), *gap("taylor")),
+            ("d", ".1f", ".1f", ".1f")),
+    Reading(README, "Per token, the gap is {} to {} times larger on the recall slice, the {}% of masked tokens",
+            lambda: (*span(gap(run, "recall")[0] / gap(run, "rest")[0] for run in kernelised()), share("recall")),
+            (".1f", ".1f", ".0f")),
+    Reading(README, "{} to {} points there, against {} to {} on the rest",
+            lambda: (*span(gap(run, "recall")[0] for run in kernelised()),
+                     *span(gap(run, "rest")[0] for run in kernelised())), ".0f"),
+    Reading(README, "that slice holds {} to {}% of each run's gap and the other {}% of tokens the remaining {} to {}%",
+            lambda: (*span(gap_share(run, "recall") for run in kernelised()), share("rest"),
+                     *span(gap_share(run, "rest") for run in kernelised())), ".0f"),
+    Reading(README, "Widening elu + 1's queries and keys to m = {} and {} does not close it ({} and {} points)",
+            lambda: (bound("linear_qk64"), bound("linear_qk128"), gap("linear_qk64")[0], gap("linear_qk128")[0]),
+            ("d", "d", ".1f", ".1f")),
+    Reading(README, "at m = {} (elu + 1, Performer) and for Taylor the bound cannot bind on {} x {} matrices, and "
+            "these kinds still trail by {} to {} points",
+            lambda: (_one(bound(run) for run in unbound() if run != "taylor"), seq_len(), seq_len(),
+                     *span(gap(run)[0] for run in unbound())), ("d", "d", "d", ".1f", ".1f")),
+    # docs/results.md, the summary and the MLM study
+    Reading(RESULTS, "(the standard study: {} runs of {} seeds) every kernelised kind trails softmax, by {} to {} "
+            "points with 95% intervals that exclude 0, and by {} to {} points on the tokens that can be recalled "
+            "from their sequence ({}% of the masked tokens, holding {} to {}% of the gap)",
+            lambda: (len(_results(MLM)), _one(len(evals) for evals in _results(MLM).values()),
+                     *span(gap(run)[0] for run in kernelised()), *span(gap(run, "recall")[0] for run in kernelised()),
+                     share("recall"), *span(gap_share(run, "recall") for run in kernelised())),
+            ("d", "d", ".1f", ".1f", ".0f", ".0f", ".0f", ".0f", ".0f")),
+    Reading(RESULTS, "widening elu + 1's queries and keys {}x (m = {} to {}) recovers {} of its {} points",
+            lambda: (bound("linear_qk128") // bound("linear"), bound("linear"), bound("linear_qk128"),
+                     gap("linear")[0] - gap("linear_qk128")[0], gap("linear")[0]), ("d", "d", "d", ".1f", ".1f")),
+    Reading(RESULTS, "{} ± {}% test masked accuracy against the two-neighbour bigram's {}%, and {}% on the recall "
+            "slice against the bigram's {}% there",
+            lambda: (*accuracy("softmax"), bigram(), accuracy("softmax", "recall")[0], bigram("recall"))),
+    Reading(RESULTS, "elu + 1 by {} points (95% CI {} to {}), Performer by {} ({} to {}) at m = {} and {} ({} to {}) "
+            "at m = {}, Taylor by {} ({} to {}), elu + 1 widened to m = {} by {} ({} to {}) and to m = {} by {} ({} to "
+            "{}). Of the {} kernelised runs, one Taylor seed and one seed of elu + 1 at m = {} pass",
+            lambda: (*gap("linear"), *_gap_and_bound("performer_m32"), *_gap_and_bound("performer_m128"),
+                     *gap("taylor"), bound("linear_qk64"), *gap("linear_qk64"), bound("linear_qk128"),
+                     *gap("linear_qk128"), sum(len(_mlm(run)) for run in kernelised()), bound("linear_qk128")),
+            (*(".1f",) * 6, "d", *(".1f",) * 3, "d", *(".1f",) * 3, "d", *(".1f",) * 3, "d", *(".1f",) * 3, "d", "d")),
+    Reading(RESULTS, "{} to {} points there (elu + 1 {}, Performer {} and {}, Taylor {}, widened elu + 1 {} and {}), "
+            "against {} to {} points on the other {}% of positions: per position, {} to {} times as large on the slice",
+            lambda: (*span(gap(run, "recall")[0] for run in kernelised()),
+                     *(gap(run, "recall")[0] for run in ("linear", "performer_m32", "performer_m128", "taylor",
+                                                         "linear_qk64", "linear_qk128")),
+                     *span(gap(run, "rest")[0] for run in kernelised()), share("rest"),
+                     *span(gap(run, "recall")[0] / gap(run, "rest")[0] for run in kernelised())),
+            (".0f", ".0f", *(".1f",) * 6, ".0f", ".0f", ".0f", ".1f", ".1f")),
+    Reading(RESULTS, "the recall slice's {}% carry {} to {}% of each run's gap (elu + 1 {}%, Performer {}% and {}%, "
+            "Taylor {}%, widened elu + 1 {}% and {}%), the rest {} to {}%",
+            lambda: (share("recall"), *span(gap_share(run, "recall") for run in kernelised()),
+                     *(gap_share(run, "recall") for run in ("linear", "performer_m32", "performer_m128", "taylor",
+                                                            "linear_qk64", "linear_qk128")),
+                     *span(gap_share(run, "rest") for run in kernelised())), ".0f"),
+    Reading(RESULTS, "have bounds that cannot bind on {} x {} matrices, and still trail by {}, {} and {} points",
+            lambda: (seq_len(), seq_len(), *(gap(run)[0] for run in ("performer_m128", "linear_qk128", "taylor"))),
+            ("d", "d", ".1f", ".1f", ".1f")),
+    Reading(RESULTS, "every elu + 1 width and Performer sit at {}-{} and {}-{}%, without order among them (Performer "
+            "at m = {} has {} and the lowest accuracy, {}%); Taylor at {} reaches {}%, softmax at {} reaches {}%",
+            lambda: (*span(layer0(run, "effective_rank") for run in kernelised() if run != "taylor"),
+                     *span(accuracy(run)[0] for run in kernelised() if run != "taylor"), bound("performer_m32"),
+                     layer0("performer_m32", "effective_rank"), accuracy("performer_m32")[0],
+                     *(value for run in ("taylor", "softmax")
+                       for value in (layer0(run, "effective_rank"), accuracy(run)[0]))),
+            (".1f", ".1f", ".1f", ".1f", "d", *(".1f",) * 6)),
+    Reading(RESULTS, "m = {}, {}, {} reach {} ± {}%, {} ± {}% and {} ± {}%. The numerical rank of layer 0 follows "
+            "the bound ({}, {}, then {} of {}), but the effective rank barely moves ({}, {}, {}), and the recall-slice "
+            "gap stays at {}-{} points",
+            lambda: (*(bound(run) for run in ("linear", "linear_qk64", "linear_qk128")),
+                     *(value for run in ("linear", "linear_qk64", "linear_qk128") for value in accuracy(run)),
+                     *(layer0(run, "numerical_rank") for run in ("linear", "linear_qk64", "linear_qk128")),
+                     seq_len(), *(layer0(run, "effective_rank") for run in ("linear", "linear_qk64", "linear_qk128")),
+                     *span(gap(run, "recall")[0] for run in ("linear", "linear_qk64", "linear_qk128"))),
+            ("d", "d", "d", *(".1f",) * 9, "d", ".1f", ".1f", ".1f", ".0f", ".0f")),
+    Reading(RESULTS, "did worse for softmax (18.5% validation against {}% at 1e-2) and for elu + 1 (17.2% against {}%)",
+            lambda: (picked_validation("softmax"), picked_validation("linear"))),
+    # the full MLM preset, where it is described
+    Reading(RESULTS, "{} steps of {} (about {} passes over the scientific corpus's {} training sequences of {})",
+            full_preset_passes, (",d", "d", ".0f", ",d", "d")),
+    Reading("configs/mlm.py", "{} steps of {} sequences (about {} passes over the scientific corpus's {} training "
+            "sequences of {}", full_preset_passes, (",d", "d", ".0f", ",d", "d")),
+    # the recall anchors: Zoology's Figure 2 at a fraction of its training
+    Reading(README, "not reproduced at {}% of the paper's training examples ({} steps of {} against {} epochs of {})",
+            lambda: (anchors_fraction(), *anchors_schedule()), (".0f", ",d", "d", "d", ",d")),
+    Reading(README, "reaches {}%, {}% and {}% at N = 4, 8, 16",
+            lambda: tuple(query_accuracy(ANCHORS, f"softmax_zoology_N{pairs}") for pairs in (4, 8, 16))),
+    Reading(README, "recall model it reaches {}%, {}% and {}%",
+            lambda: tuple(query_accuracy(ANCHORS, f"softmax_conv3_N{pairs}") for pairs in (4, 8, 16)), ".2f"),
+    Reading(RESULTS, "not reproduced at {}% of the paper's training examples", lambda: (anchors_fraction(),), ".0f"),
+    Reading(RESULTS, "but {} steps of {}: about {}% of the examples Zoology trains on. It reaches {}%, {}% and {}%",
+            lambda: (*anchors_schedule()[:2], anchors_fraction(),
+                     *(query_accuracy(ANCHORS, f"softmax_zoology_N{pairs}") for pairs in (4, 8, 16))),
+            (",d", "d", ".0f", ".1f", ".1f", ".1f")),
+    # the recall kinds study's elu + 1: seeds of the quick study's d' = 64 run (test_one_configuration_two_studies)
+    Reading(RESULTS, "seeds 0 and 1 only: {}% is the mean of those two, {} ± {}% that of the quick study's three "
+            "(seed 2: {}%). Elsewhere this page and the README quote {}% for this configuration",
+            lambda: (query_accuracy(RECALL_KINDS, "linear_N16"),
+                     *(100 * value for value in stats.mean_std(
+                         [result["metrics"]["query_accuracy"] for result in _results(RECALL_QUICK)["linear_d64_N16"]])),
+                     100 * _results(RECALL_QUICK)["linear_d64_N16"][2]["metrics"]["query_accuracy"],
+                     query_accuracy(RECALL_QUICK, "linear_d64_N16")), (".2f", ".2f", ".2f", ".2f", ".1f")),
+    Reading(RESULTS, "elu + 1 ({}% over the quick study's 3 seeds; {}% over the 2 of them this study ran)",
+            lambda: (query_accuracy(RECALL_QUICK, "linear_d64_N16"), query_accuracy(RECALL_KINDS, "linear_N16"))),
+    Reading(RESULTS, "elu + 1 from 64% to {}% (its 2 seeds; over the quick study's 3 seeds of the same configuration, "
+            "60% to {}%)", lambda: (query_accuracy(RECALL_KINDS, "linear_N16"),
+                                    query_accuracy(RECALL_QUICK, "linear_d64_N16")), ".0f"),
+]
+
+
+def _seeds_above_every_predictor(run: str) -> int:
+    return sum(result["metrics"]["masked_accuracy"] > max(result["baselines"].values()) for result in _mlm(run))
+
+
+CLAIMS = [  # (doc, words, whether the results bear them out)
+    (README, "above every predictor without attention in every seed",
+     lambda: _seeds_above_every_predictor("softmax") == len(_mlm("softmax"))),
+    (README, "Every kernelised kind trails it, by an interval that excludes 0",
+     lambda: all(gap(run)[1] > 0 for run in kernelised())),
+    (RESULTS, "points with 95% intervals that exclude 0",
+     lambda: all(gap(run)[1] > 0 for run in kernelised())),
+    (RESULTS, "one Taylor seed and one seed of elu + 1 at m = 128 pass the bigram predictor",
+     lambda: {run: _seeds_above_every_predictor(run) for run in kernelised() if _seeds_above_every_predictor(run)}
+     == {"taylor": 1, "linear_qk128": 1}),
+    (RESULTS, "Every run picked the largest rate offered, 1e-2",
+     lambda: {(record["pick"]["chosen"], max(map(float, record["pick"]["validation"])))
+              for record in json.loads(_read(os.path.join(MLM, runner.RUNS_JSON))).values()} == {(1e-2, 1e-2)}),
+]
+
+
+def normalized(text: str) -> str:
+    """A doc's text as READINGS words it: bold marks dropped, every run of whitespace one space."""
+    return re.sub(r"\s+", " ", text.replace("**", ""))
+
+
+def check(reading: Reading, text: str) -> list[str]:
+    """'doc: "the doc's words" != "the computed words"' for every place the reading's words stand in `text`
+    with other numbers; one line saying so if they stand nowhere."""
+    matches = list(reading.pattern().finditer(text))
+    if not matches:
+        return [f"{reading.doc}: no {reading.text!r} (reworded? then reword READINGS too)"]
+    expected = reading.expected()
+    return [f"{reading.doc}: {match.group(0)!r} != {reading.text.format(*expected)!r}"
+            for match in matches if list(match.groups()) != expected]
+
+
+@pytest.mark.parametrize("reading", READINGS, ids=lambda reading: f"{reading.doc}:{reading.text[:40]}")
+def test_reading_equals_its_results(reading):
+    assert check(reading, normalized(_read(reading.doc))) == []
+
+
+@pytest.mark.parametrize("doc, words, holds", CLAIMS, ids=[words[:40] for _, words, _ in CLAIMS])
+def test_claim_holds(doc, words, holds):
+    assert words in normalized(_read(doc))
+    assert holds()
+
+
+def _mlm_paragraph() -> str:
+    (paragraph,) = [part for part in _read(README).split("\n\n") if part.startswith("**On masked language modelling**")]
+    return normalized(paragraph)
+
+
+def test_every_number_of_the_mlm_paragraph_is_held():
+    """Every number of the README's MLM paragraph stands inside the words of a reading (computed, or part
+    of the words matched) or of a claim, so that none can change, or be added, unchecked."""
+    paragraph = _mlm_paragraph()
+    held = [match.span() for reading in READINGS if reading.doc == README
+            for match in reading.pattern().finditer(paragraph)]
+    held += [(start, start + len(words)) for doc, words, _ in CLAIMS if doc == README
+             for start in [paragraph.find(words)] if start >= 0]
+    loose = [match.group(0) for match in re.finditer(r"\d+(?:,\d{3})*(?:\.\d+)?", paragraph)
+             if not any(start <= match.start() and match.end() <= end for start, end in held)]
+    assert loose == []
+
+
+def test_a_changed_number_of_the_mlm_paragraph_fails():
+    """The checker itself: one number of the paragraph changed, its reading says which."""
+    text = normalized(_read(README))
+    changed = text.replace("by 9.6 (4.1 to 15.1)", "by 9.7 (4.1 to 15.1)", 1)
+    assert changed != text
+    (reading,) = [reading for reading in READINGS if reading.text.startswith("Taylor (m = {}) by")]
+    assert check(reading, text) == []
+    (message,) = check(reading, changed)
+    assert "'Taylor (m = 561) by 9.7 (4.1 to 15.1)' != 'Taylor (m = 561) by 9.6 (4.1 to 15.1)'" in message
+
+
+def test_the_slices_make_up_the_accuracy():
+    """gap_share's premise: each seed's masked accuracy is its parts' accuracies weighted by their shares,
+    and the shares fill the positions."""
+    for evals in _results(MLM).values():
+        for result in evals:
+            parts = result["recall_slice"]
+            assert sum(parts[part]["share"] for part in mlm.PARTS) == pytest.approx(1.0, abs=1e-6)
+            assert sum(parts[part]["share"] * parts[part]["masked_accuracy"] for part in mlm.PARTS) == pytest.approx(
+                result["metrics"]["masked_accuracy"], abs=1e-6)
+
+
+def test_one_configuration_two_studies():
+    """The recall kinds study's elu + 1 run is seeds 0 and 1 of the quick study's d' = 64 run, the same
+    configuration at the same rate: the same results, seed by seed (so the prose quotes it as one)."""
+    kinds, quick = _results(RECALL_KINDS)["linear_N16"], _results(RECALL_QUICK)["linear_d64_N16"]
+    assert [result["config"]["seed"] for result in kinds] == [0, 1]
+    assert recall._state(kinds) == recall._state(quick)
+    for kinds_result, quick_result in zip(kinds, quick):
+        assert kinds_result["selected"] == quick_result["selected"]
+        assert kinds_result["metrics"] == quick_result["metrics"]
+
+
+def test_passes_over_the_corpus():
+    """full_preset_passes, by hand: 4,000 steps of 64 sequences over the 6,909 training sequences of 512."""
+    steps, batch, passes, sequences, length = full_preset_passes()
+    assert (steps, batch, sequences, length) == (4_000, 64, 6_909, 512)
+    assert passes == pytest.approx(256_000 / 6_909)
