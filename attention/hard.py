@@ -19,6 +19,8 @@ class HardAttention(ScoreAttention):
     all of them, and a disallowed key is never chosen.
     """
 
+    keeps_every_key = False  # all but the top k are 0 (ScoreAttention.keeps_every_key)
+
     def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, top_k: int = 1, **base_options):
         option_checks.at_least("top_k", top_k, 1)
         super().__init__(rngs=rngs, **base_options)

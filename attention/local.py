@@ -34,6 +34,8 @@ class LocalAttention(SoftmaxAttention):
     """Local-m: scaled dot-product attention restricted to keys within `window` of the aligned position
     (see `aligned_positions`), together with the padding and causal masks."""
 
+    keeps_every_key = False  # the window's outside is 0 (ScoreAttention.keeps_every_key)
+
     def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, window: int = 3, **base_options):
         option_checks.at_least("window", window, 0)
         super().__init__(num_heads=num_heads, head_dim=head_dim, rngs=rngs, **base_options)
@@ -64,6 +66,8 @@ class LocalPredictiveAttention(ScoreAttention):
     least e^-2 when its window holds an allowed key), not to 1 as in the other kinds; `weights`
     returns exactly what `__call__` uses.
     """
+
+    keeps_every_key = False  # the window's outside is 0 (ScoreAttention.keeps_every_key)
 
     def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, window: int = 3, **base_options):
         option_checks.at_least("window", window, 1, "sigma = window / 2 must be positive")

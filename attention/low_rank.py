@@ -66,6 +66,7 @@ class SoftmaxRankAttention(ScoreAttention):
     key and value (the softmax family's state_size)."""
 
     incremental = False
+    keeps_every_key = False  # its projected rows are no softmax: small or negative weights, no scores
 
     def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, rank: int = 32, **base_options):
         option_checks.at_least("rank", rank, 1)

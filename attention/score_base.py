@@ -51,6 +51,11 @@ class ScoreAttention(nnx.Module):
     # those methods, training/validate.py keeps it out of causal and decoded roles, and the kind contract
     # (tests/kind_harness.py) checks those refusals in place of its causal and decoding tests.
     incremental = True
+    # Its weights are a softmax over every allowed key, none cut to exactly 0, so log(weight) is the score up
+    # to a shift per row: the logit spread of eval.json's shape rows (analysis/shape.py) reads the scores. A
+    # kind that cuts keys itself (local's window, hard's top k) sets it False: its cut keys would read as
+    # scores of -87, the log of float32's smallest normal.
+    keeps_every_key = True
 
     def __init__(self, *, rngs: nnx.Rngs, dropout_rate: float = 0.0):
         option_checks.fraction("dropout_rate", dropout_rate)

@@ -171,3 +171,18 @@ def test_attention_rows_mask_causal_keys_at_each_querys_position_and_summarize_w
     expected = reference_head_means(cross[0], cross_allowed, everything)
     assert cross_row["row_entropy"] == pytest.approx(expected["row_entropy"][0], rel=1e-5)
     assert cross_row["logit_spread"] is None
+
+
+def test_keeps_every_key_is_declared_by_the_kinds_whose_weights_are_positive_on_every_allowed_key():
+    """The logit spread reads log(weight) as a score: only where no allowed key's weight is 0 (or below)."""
+    from flax import nnx
+
+    import attention
+    from attention.score_base import ScoreAttention
+
+    q, k = np.random.default_rng(0).normal(size=(2, 1, 64, 2, 8)).astype(np.float32)  # 64 keys: above rank 32
+    for name in attention.names():
+        kind = attention.create(name, num_heads=2, head_dim=8, rngs=nnx.Rngs(0))
+        if isinstance(kind, ScoreAttention):
+            weights = np.asarray(kind.weights(q, k))
+            assert kind.keeps_every_key == bool((weights > 0).all()), name

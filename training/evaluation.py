@@ -131,7 +131,8 @@ def shape_rows(model, weights, query_len, key_len, query_positions: dict, select
     for role, w in weights.items():
         valid = np.arange(w.shape[-2]) < np.asarray(query_len[role])[:, None]
         chosen[role] = {shape.ALL_ROWS: valid} | {name: valid & rows_of for name, rows_of in selections.items()}
-    softmax = {role: layers[0].feature_dim is None for role, layers in model.attention_layers().items()}
+    softmax = {role: layers[0].feature_dim is None and getattr(layers[0].attention, "keeps_every_key", False)
+               for role, layers in model.attention_layers().items()}
     return shape.summarize_shape(rows, chosen, softmax)
 
 
