@@ -147,10 +147,13 @@ def _bench(script: str, arguments: str, folder: str, workdir: bool = False):
 
 
 def _study(probe: Probe, cap_s: float) -> list[str]:
+    """The study's runs --study_runs (all where empty), --study_seeds seeds each, in bfloat16."""
     if not probe.options.study:
-        raise Skipped("PROBE_STUDY is not set")
-    return _module("scripts.compare", "--task=mlm", f"--preset={probe.options.study}",
-                   f"--runs_dir={probe.path('study', 'runs')}", f"--reports_dir={probe.path('study')}")
+        raise Skipped("PROBE_STUDY is empty")
+    runs = [f"--only={probe.options.study_runs}"] if probe.options.study_runs else []
+    return _module("scripts.compare", "--task=mlm", f"--preset={probe.options.study}", *runs,
+                   f"--seeds={probe.options.study_seeds}", f"--runs_dir={probe.path('study', 'runs')}",
+                   f"--reports_dir={probe.path('study')}", "--", "--config.compute_dtype=bfloat16")
 
 
 def _json(*parts: str):

@@ -7,7 +7,7 @@
 # It installs wheelhouse/ into a --target folder (pip --no-index), puts it on PYTHONPATH, sets
 # WANDB_MODE=disabled, and runs the steps in priority order, each capped by `timeout`: versions and devices;
 # the accelerator tests; the Pallas kernels against the XLA path and their times; cuDNN flash attention
-# against linear attention; an MLM training step's speed and MFU; the study hook (PROBE_STUDY=<preset>).
+# against linear attention; an MLM training step's speed and MFU; the rank-or-shape study's arms at L = 512 in the time left (PROBE_STUDY).
 # After every step OUT holds summary.md, results.json, logs.txt and a few reports. The steps and their
 # flags: `scripts/gpu_probe.sh --help` (python -m scripts.gpu_probe). `--smoke` runs them at toy sizes on a
 # CPU in about a minute (tests/test_gpu_probe.py).

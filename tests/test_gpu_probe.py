@@ -37,7 +37,7 @@ def test_every_step_runs_and_records_its_status(smoke):
     found = {step["name"]: step["result"] for step in steps}
     assert list(status) == [step.name for step in probe.STEPS]
     assert status.pop("install").startswith("skipped: --wheelhouse=none")
-    assert status.pop("study") == "skipped: PROBE_STUDY is not set"
+    assert status.pop("study") == "skipped: PROBE_STUDY is empty"
     assert set(status.values()) == {"ok"}
     assert found["versions"]["packages"]["jax"]["version"] and found["versions"]["device_count"] >= 1
     assert found["tests"]["ran"] == found["tests"]["selected"] > 0 and found["tests"]["failing"] == []
@@ -110,3 +110,20 @@ def test_the_full_runs_arguments_are_flags_of_its_scripts(script, arguments):
         assert [column["implementation"] for column in linear_paths.parse_columns(options.columns)] == [
             "xla", "pallas", "pallas", "pallas"]
 
+
+
+def test_the_study_step_trains_the_rank_or_shape_arms_at_512_in_bfloat16_by_default(tmp_path):
+    from scripts import gpu_probe
+
+    gpu_probe.FLAGS.unparse_flags()
+    gpu_probe.FLAGS(["gpu_probe"])
+    # The study's own default is $PROBE_STUDY's, else rank_or_shape: named here, whatever this shell sets.
+    defaults = types.SimpleNamespace(study="rank_or_shape", study_runs=gpu_probe.FLAGS.study_runs,
+                                     study_seeds=gpu_probe.FLAGS.study_seeds)
+    command = probe._study(types.SimpleNamespace(options=defaults, path=lambda *parts: str(tmp_path.joinpath(*parts))), 60)
+    assert command[command.index("-m") + 1:] == [
+        "scripts.compare", "--task=mlm", "--preset=rank_or_shape", "--only=softmax_L512,linear_L512", "--seeds=2",
+        f"--runs_dir={tmp_path / 'study' / 'runs'}", f"--reports_dir={tmp_path / 'study'}", "--",
+        "--config.compute_dtype=bfloat16"]
+    from configs import mlm
+    assert {"softmax_L512", "linear_L512"} <= {run.name for run in mlm.STUDIES["rank_or_shape"]().runs}
