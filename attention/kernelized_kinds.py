@@ -53,6 +53,8 @@ class GatedLinearAttention(KernelizedAttention):
     cross-attention's memory holds the source's features, values and gates and a step forms its row of
     weights, O(Lk) as softmax's cache (a decay around the query's position has no single summed state)."""
 
+    feature_dim_bounds_rank = False  # the decay matrix lifts it (see above)
+
     def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, **base_options):
         super().__init__(**base_options)
         option_checks.one_of("implementation", self.implementation, ("auto", "autodiff"))

@@ -10,6 +10,8 @@ import pytest
 from flax import nnx
 
 import attention
+from attention import MultiHeadAttention
+from training import evaluation
 
 pytestmark = pytest.mark.accelerator  # make test-accelerator runs these on the GPU or TPU
 
@@ -207,3 +209,24 @@ def test_implementations_it_has_not_are_refused(implementation):
 def test_state_size_is_the_linear_kinds():
     module = attention.create("gated_linear", num_heads=H, head_dim=D, rngs=nnx.Rngs(0))
     assert module.state_size(D, 5, 1000, True) == D * 5
+
+
+class _Model:
+    """The one method of a model that evaluation.rank_bounds reads."""
+
+    def __init__(self, kind):
+        self.layer = MultiHeadAttention(kind, d_model=H * D, num_heads=H, rngs=nnx.Rngs(0))
+
+    def attention_layers(self):
+        return {"encoder_self": [self.layer], "decoder_self": [self.layer]}
+
+
+def test_its_feature_dim_bounds_no_rank_in_eval():
+    """Bidirectional weights of rank above m = D (the decay matrix is of full rank), hence no rank bound in
+    eval.json's rows, where linear's m is one."""
+    q, k, _, _ = _inputs(seed=8)
+    weights = np.asarray(_create(4).weights(*_f32(q, k)), np.float64)[1, 0]  # example 1: no padding
+    singular = np.linalg.svd(weights, compute_uv=False)
+    assert (singular > 1e-4 * singular[0]).sum() > D
+    assert evaluation.rank_bounds(_Model("gated_linear")) == {"encoder_self": None, "decoder_self": None}
+    assert evaluation.rank_bounds(_Model("linear")) == {"encoder_self": D, "decoder_self": None}
