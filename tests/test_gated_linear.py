@@ -1,6 +1,7 @@
 """gated_linear beyond the contract of tests/kind_harness.py: its chunked scan held to the recurrence it
 computes, written position by position (float64 numpy for outputs, jax.numpy for gradients), at chunk sizes
-that do and do not divide the length; decoding against the parallel form; a gate of 1 is `linear`."""
+that do and do not divide the length; decoding against the parallel form; a gate of 1 is `linear`; cross-attention
+of more or fewer queries than keys against the dense reference; no rank bound in eval.json."""
 import functools
 
 import jax
@@ -11,6 +12,7 @@ from flax import nnx
 
 import attention
 from attention import MultiHeadAttention
+from kind_harness import reference_for
 from training import evaluation
 
 pytestmark = pytest.mark.accelerator  # make test-accelerator runs these on the GPU or TPU
@@ -230,3 +232,18 @@ def test_its_feature_dim_bounds_no_rank_in_eval():
     assert (singular > 1e-4 * singular[0]).sum() > D
     assert evaluation.rank_bounds(_Model("gated_linear")) == {"encoder_self": None, "decoder_self": None}
     assert evaluation.rank_bounds(_Model("linear")) == {"encoder_self": D, "decoder_self": None}
+
+
+@pytest.mark.parametrize("lq, lk", [(23, 19), (6, 19)])
+def test_cross_attention_of_more_or_fewer_queries_matches_the_dense_reference(lq, lk):
+    """Query t at position t of the keys' axis, beyond the last key too (23 queries over 19 keys): the output
+    and weights against the contract's dense reference, which sums the gates between by an explicit indicator."""
+    q, _, _, _ = _inputs(seed=9, lq=lq, lk=lq)
+    _, k, v, key_valid = _inputs(seed=10, lq=lk, lk=lk)
+    module = _create(4)
+    weight, bias = _params(module)
+    allowed = np.broadcast_to(key_valid[:, None, None, :], (B, H, lq, lk))
+    want_weights = reference_for("gated_linear").weights(np, q, k, allowed, {"gate_weight": weight, "gate_bias": bias})
+    out = module(*_f32(q, k, v), _mask(key_valid))
+    np.testing.assert_allclose(out, np.einsum("bhqk,bkhd->bqhd", want_weights, v), atol=2e-5, rtol=2e-5)
+    np.testing.assert_allclose(module.weights(*_f32(q, k), _mask(key_valid)), want_weights, atol=2e-6)
