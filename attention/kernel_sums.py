@@ -19,6 +19,9 @@ sums, the scores, the normaliser) accumulates and stays in float32, and so does 
 output returns to the inputs' dtype. A state sums a term per key: in bfloat16 (8 significant bits) each
 addition would round to 2^-8 of the running sum, and a term below half of that would vanish.
 
+The gated sums (the `gated_linear` kind) decay each key's term by the product of the gates between it and
+the query: one lax.scan over chunks, differentiated by XLA's autodiff (see their section below).
+
 Decoding (`key_state`, `attend_state`) keeps S = sum phi(k) [v, 1]^T, the normaliser as S's last column:
 one step is O(1) in the position either way.
 """
@@ -181,5 +184,96 @@ def explicit_weights(phi_q, phi_k, eps, causal: bool, key_stabiliser=0.0):
     scores = _sum_products("bqhm,bkhm->bhqk", phi_q, phi_k)
     if causal:
         scores = scores * _causal_factors(key_stabiliser, phi_q.shape[1])
+    return normalised_weights(scores, eps)
+
+
+def normalised_weights(scores, eps):
+    """scores [B, H, Lq, Lk], disallowed keys 0, divided by their row sums plus `eps` (a scalar or per query
+    [B, Lq, H, 1])."""
     per_query_eps = jnp.swapaxes(eps, 1, 2) if jnp.ndim(eps) else eps  # [B, Lq, H, 1] -> [B, H, Lq, 1]
     return scores / _denominator(scores.sum(-1, keepdims=True), per_query_eps)
+
+
+# --- gated sums: phi(q_t).phi(k_s) decayed by the product of the gates between s and t ----------------------
+#
+# With log gates l_r <= 0 along the keys' axis [B, L, H] (0 for a padded key: it decays nothing), key s
+# reaches query t decayed by prod_{r=s+1..t} g_r = exp(sum_{r=s+1..t} l_r) causally, and bidirectionally by
+# the gates between them in either direction. Differentiated by XLA's autodiff (no custom VJP yet): the
+# backward keeps each chunk's received state, L / C states of m x (Dv + 1) per head, never one per position.
+
+
+def _decayed_sums(phi_q, phi_k, values, log_gate, chunk: int, strict: bool):
+    """sum over keys s <= t (s < t where `strict`) of phi(q_t).phi(k_s) prod_{r=s+1..t} g_r values_s
+    -> float32 [B, L, H, d] for phi [B, L, H, m], values [B, L, H, d] and log_gate [B, L, H]: one lax.scan over
+    chunks of `chunk` positions carrying the state sum phi(k) values^T [B, H, m, d]. Inside a chunk the decays
+    are differences of the chunk's own cumulative log gates (never of a sum over the whole sequence, which
+    would lose their float32 precision as it grows); across chunks the state decays by the chunk's total."""
+    batch, length, heads, _ = phi_q.shape
+    padding = -length % chunk
+    num_chunks = (length + padding) // chunk
+
+    def chunked(x):  # [B, L, H, *] -> [n, B, H, C, *]; zero padding adds no term and (log gate 0) decays nothing
+        x = jnp.pad(x, ((0, 0), (0, padding)) + ((0, 0),) * (x.ndim - 2))
+        return jnp.moveaxis(x.reshape(batch, num_chunks, chunk, *x.shape[2:]), (1, 3), (0, 2))
+
+    allowed = jnp.tril(jnp.ones((chunk, chunk), bool), -1 if strict else 0)
+
+    def step(state, rows):
+        q, k, x, log_g = rows  # [B, H, C, *]
+        decay = jnp.cumsum(log_g.astype(jnp.float32), axis=-1)  # log of the gates' product from the chunk's start
+        within = jnp.exp(jnp.where(allowed, decay[..., :, None] - decay[..., None, :], -jnp.inf))
+        scores = _sum_products("bhqm,bhkm->bhqk", q, k) * within
+        out = (_sum_products("bhqk,bhkd->bhqd", scores, x)
+               + _sum_products("bhqm,bhmd->bhqd", q, state) * jnp.exp(decay)[..., None])
+        to_end = jnp.exp(decay[..., -1:] - decay)[..., None]  # [B, H, C, 1], <= 1
+        state = state * jnp.exp(decay[..., -1])[..., None, None] + _sum_products("bhkm,bhkd->bhmd", k * to_end, x)
+        return state, out
+
+    state = jnp.zeros((batch, heads, phi_k.shape[-1], values.shape[-1]), jnp.float32)
+    _, out = jax.lax.scan(step, state, tuple(map(chunked, (phi_q, phi_k, values, log_gate))))
+    return jnp.moveaxis(out, (0, 2), (1, 3)).reshape(batch, num_chunks * chunk, heads, -1)[:, :length]
+
+
+def _gated_chunk(chunk_size: int, length: int) -> int:
+    return min(chunk_size or chunking.chunk_size_for(jax.default_backend(), length), length)
+
+
+def gated_causal_linear_attention(phi_q, phi_k, v, log_gate, eps, chunk_size: int):
+    """Causal gated linear attention: S_t = g_t S_{t-1} + phi(k_t) [v_t, 1]^T, o_t = phi(q_t) S_t normalised,
+    in chunks of `chunk_size` positions (0: attention/chunking.py's) -> [B, L, H, Dv] in v's dtype."""
+    chunk = _gated_chunk(chunk_size, phi_q.shape[1])
+    return _normalise(_decayed_sums(phi_q, phi_k, _with_ones(v), log_gate, chunk, strict=False), eps).astype(v.dtype)
+
+
+def gated_bidirectional_linear_attention(phi_q, phi_k, v, log_gate, eps, chunk_size: int):
+    """Bidirectional gated linear attention -> [B, Lq, H, Dv] in v's dtype: a forward scan (keys s <= t) and a
+    backward one (keys s > t, decayed by the gates of t+1..s), their sums added, numerators and normalisers
+    alike. Query t sits at position t of the keys' axis (cross-attention included); a query beyond the last
+    key is decayed by the gates up to that key only."""
+    queries, length = phi_q.shape[1], max(phi_q.shape[1], phi_k.shape[1])
+
+    def padded(x):  # to the longer side: padded keys add nothing and decay nothing, padded queries are dropped
+        return jnp.pad(x, ((0, 0), (0, length - x.shape[1])) + ((0, 0),) * (x.ndim - 2))
+
+    phi_q, phi_k, values, log_gate = map(padded, (phi_q, phi_k, _with_ones(v), log_gate))
+    chunk = _gated_chunk(chunk_size, length)
+    forward = _decayed_sums(phi_q, phi_k, values, log_gate, chunk, strict=False)
+    flip = lambda x: x[:, ::-1]
+    # Reversed, key s > t comes before query t, and the gates between them, those of t+1..s, are in reversed
+    # order those of the positions before each one's: shifted by one, the first position's gate 1.
+    reversed_gate = jnp.pad(flip(log_gate)[:, :-1], ((0, 0), (1, 0), (0, 0)))
+    backward = flip(_decayed_sums(flip(phi_q), flip(phi_k), flip(values), reversed_gate, chunk, strict=True))
+    return _normalise((forward + backward)[:, :queries], eps).astype(v.dtype)
+
+
+def decayed_scores(phi_q, phi_k, log_gate, positions, causal: bool):
+    """The [B, H, Lq, Lk] float32 matrix the gated sums never form: phi(q_t).phi(k_s) times the product of the
+    gates between key s and query t (positions [Lq] on the keys' axis, log_gate [B, Lk, H]), 0 for s > t
+    where `causal`. From cumulative log gates over the whole sequence: exact enough for the analysed and
+    decoded lengths, not the O(L) path's chunk-local sums."""
+    cumulative = jnp.cumsum(log_gate.astype(jnp.float32), axis=1).transpose(0, 2, 1)  # [B, H, Lk]
+    at_query = cumulative[..., jnp.minimum(positions, log_gate.shape[1] - 1), None]  # [B, H, Lq, 1]
+    later = jnp.arange(log_gate.shape[1])[None, :] > jnp.asarray(positions)[:, None]  # [Lq, Lk]
+    at_key = cumulative[..., None, :]
+    log_decay = jnp.where(later, -jnp.inf if causal else at_key - at_query, at_query - at_key)
+    return _sum_products("bqhm,bkhm->bhqk", phi_q, phi_k) * jnp.exp(log_decay)

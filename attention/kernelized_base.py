@@ -29,6 +29,9 @@ class KernelizedAttention(nnx.Module):
     (attention/registry.py reads them from here)."""
 
     feature_dim: int
+    # phi(Q) phi(K)^T is of rank <= m without a causal mask: eval.json's rank bound. A kind whose weights are
+    # that product times a decay matrix of full rank (gated_linear) sets it False; its m is the feature map's.
+    feature_dim_bounds_rank = True
     incremental = True  # row i depends on the queries up to i alone: see ScoreAttention.incremental
 
     def __init__(self, *, eps: float = 1e-6, chunk_size: int = 64, implementation: str = "auto"):

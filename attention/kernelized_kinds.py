@@ -29,6 +29,82 @@ class LinearAttention(KernelizedAttention):
         return feature_maps.elu_plus_one(x)
 
 
+@register("gated_linear")
+class GatedLinearAttention(KernelizedAttention):
+    """Linear attention (phi = elu + 1, as `linear`) with a data-dependent decay per head, a scalar gate as in
+    RetNet's decay made data-dependent or Mamba2's: causally S_t = g_t S_{t-1} + phi(k_t) v_t^T and
+    z_t = g_t z_{t-1} + phi(k_t), o_t = phi(q_t)^T S_t / (phi(q_t)^T z_t + eps). GLA's gate per key feature
+    (a diagonal decay of S's rows) is a later step.
+
+    g_t = sigmoid(k_t . w_h + b_h) in (0, 1). A kind sees q, k and v only, not the layer's input x_t, so the
+    gate is read from the key: it is the projection of x_t that enters the state, and the gate says how much
+    of the older state it keeps; a query-side gate would not exist on a cross-attention's keys' axis, whose
+    state the gate decays. w = 0 and b = 3 start every gate at sigmoid(3) = 0.95, near `linear`'s no decay.
+    A padded key adds no term and decays nothing (its gate is 1), so padding is as if it were absent.
+
+    Bidirectionally (encoder roles, cross-attention) a forward and a backward scan are added, numerators and
+    normalisers alike: key s reaches query t decayed by the gates between them in either direction, and query
+    t sits at position t of the keys' axis (cross-attention too). Under a causal mask or a decay the weights
+    are not of rank <= m (the decay matrix is of full rank), though `feature_dim` is m: the feature map's.
+
+    The O(L) path is attention/kernel_sums.py's gated sums, one lax.scan over chunks differentiated by XLA's
+    autodiff (no custom VJP, no Pallas kernels): `implementation` takes "auto" or "autodiff", the same path.
+    Decoding: a causal step decays S [B, H, m, Dv + 1] by its gate and adds its key, O(1) in the position;
+    cross-attention's memory holds the source's features, values and gates and a step forms its row of
+    weights, O(Lk) as softmax's cache (a decay around the query's position has no single summed state)."""
+
+    feature_dim_bounds_rank = False  # the decay matrix lifts it (see above)
+
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, **base_options):
+        super().__init__(**base_options)
+        option_checks.one_of("implementation", self.implementation, ("auto", "autodiff"))
+        self.feature_dim = head_dim
+        self.gate_weight = nnx.Param(jnp.zeros((num_heads, head_dim)))
+        self.gate_bias = nnx.Param(jnp.full((num_heads,), 3.0))
+
+    def features(self, x):
+        return feature_maps.elu_plus_one(x)
+
+    def _keys(self, k, key_mask):
+        """(phi(k), log g [B, Lk, H] in float32) with padded keys' phi 0 and log gate 0."""
+        logit = jnp.einsum("blhd,hd->blh", feature_maps.in_float32(k), self.gate_weight[...]) + self.gate_bias[...]
+        phi_k, log_gate = self.features(k), jax.nn.log_sigmoid(logit)
+        if key_mask is None:
+            return phi_k, log_gate
+        return phi_k * key_mask[:, :, None, None].astype(phi_k.dtype), log_gate * key_mask[:, :, None]
+
+    def weights(self, q, k, mask=None, *, causal=False):
+        phi_k, log_gate = self._keys(k, masks.key_padding(mask, k.shape[0], k.shape[1]))
+        scores = kernel_sums.decayed_scores(self.features(q), phi_k, log_gate, jnp.arange(q.shape[1]), causal)
+        return kernel_sums.normalised_weights(scores, self.eps)
+
+    def __call__(self, q, k, v, mask=None, *, causal=False):
+        phi_k, log_gate = self._keys(k, masks.key_padding(mask, k.shape[0], k.shape[1]))
+        attend = (kernel_sums.gated_causal_linear_attention if causal
+                  else kernel_sums.gated_bidirectional_linear_attention)
+        return attend(self.features(q), phi_k, v, log_gate, self.eps, self.chunk_size)
+
+    def init_cache(self, batch: int, max_len: int, num_heads: int, key_dim: int, value_dim: int,
+                   dtype=jnp.float32):
+        """S [B, H, m, Dv + 1] in float32 (see KernelizedAttention.init_cache)."""
+        return {"state": jnp.zeros((batch, num_heads, self.feature_dim, value_dim + 1), jnp.float32)}
+
+    def decode_step(self, q, k, v, cache, index, max_len: int, key_valid):
+        phi_k, log_gate = self._keys(k, key_valid[:, None])
+        state = cache["state"] * jnp.exp(log_gate)[:, 0, :, None, None] + kernel_sums.key_state(phi_k, v)
+        out = kernel_sums.attend_state(self.features(q), state, self.eps).astype(q.dtype)
+        return out, {"state": state}
+
+    def init_memory(self, k, v, key_mask, max_len: int):
+        phi_k, log_gate = self._keys(k, key_mask)
+        return {"keys": phi_k, "values": v, "log_gate": log_gate}
+
+    def attend_memory(self, q, memory, key_mask, index, max_len: int):
+        scores = kernel_sums.decayed_scores(self.features(q), memory["keys"], memory["log_gate"],
+                                            jnp.atleast_1d(index), causal=False)
+        return kernel_sums.explicit_attention(scores, memory["values"], self.eps).astype(q.dtype), memory
+
+
 @register("relu")
 class ReluAttention(KernelizedAttention):
     """phi = relu + relu_eps."""

@@ -34,6 +34,12 @@ class MultiHeadAttention(nnx.Module):
     def feature_dim(self):
         return self.attention.feature_dim
 
+    @property
+    def rank_bound(self):
+        """The bound on the rank of the kind's weights without a causal mask: its feature_dim where that bounds
+        it (feature_dim_bounds_rank), else None."""
+        return self.attention.feature_dim if self.attention.feature_dim_bounds_rank else None
+
     def state_size(self, seq_len: int, causal: bool) -> int:
         """Numbers one head keeps to attend over `seq_len` positions (see the kinds' `state_size`)."""
         return self.attention.state_size(self.qk_head_dim, self.head_dim, seq_len, causal)

@@ -45,6 +45,7 @@ class ScoreAttention(nnx.Module):
     """
 
     feature_dim = None  # a softmax over scores has no finite feature map: the matrix is not rank-bounded
+    feature_dim_bounds_rank = True  # softmax_rank's feature_dim is its rank (see KernelizedAttention's)
     # Row i of the weights depends on the queries up to i alone, so the kind can attend causally and decode one
     # position at a time (init_cache, decode_step, init_memory, attend_memory). A kind whose rows depend on
     # every query (softmax_rank's projection, attention/low_rank.py) sets it False: it refuses causal=True and

@@ -79,3 +79,23 @@ def performer(xp, q, k, allowed, arrays):
         return xp.exp(exponent) / np.sqrt(projection.shape[1])
 
     return _normalised(xp, phi(q), phi(k), allowed)
+
+
+def gated_log_decay(xp, k, key_valid, lq, weight, bias):
+    """[B, H, Lq, Lk] log of the product of the gates g_r = sigmoid(k_r . w_h + b_h) of the key positions r
+    strictly after the earlier of query t and key s, up to the later (query t at position t of the keys' axis);
+    a padded key's gate is 1. Summed through an explicit indicator of the positions between, not a cumsum."""
+    lk = k.shape[1]
+    logit = xp.einsum("blhd,hd->blh", k, weight) + bias
+    log_gate = -xp.logaddexp(0.0, -logit) * key_valid[:, :, None]  # log sigmoid
+    t, s, r = np.arange(lq)[:, None, None], np.arange(lk)[None, :, None], np.arange(lk)[None, None, :]
+    between = (np.minimum(t, s) < r) & (r <= np.maximum(t, s))
+    return xp.einsum("tsr,brh->bhts", between.astype(float), log_gate)
+
+
+@dense_reference("gated_linear", **CHUNKS)
+def gated_linear(xp, q, k, allowed, arrays):
+    phi = lambda x: xp.where(x > 0, x + 1, xp.exp(xp.minimum(x, 0)))  # elu(x) + 1
+    key_valid = allowed[:, 0, -1, :]  # the last query's row: every allowed key, causal or not
+    log_decay = gated_log_decay(xp, k, key_valid, q.shape[1], arrays["gate_weight"], arrays["gate_bias"])
+    return _normalised(xp, phi(q), phi(k), allowed * xp.exp(log_decay))

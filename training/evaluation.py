@@ -74,8 +74,8 @@ def rank_sample(num_rows: int, num_examples: int) -> np.ndarray:
 
 
 def rank_bounds(model) -> dict:
-    """feature_dim of each role's kind where no causal mask lifts the bound; else None."""
-    return {role: None if role in CAUSAL_ROLES else layers[0].feature_dim
+    """The rank bound of each role's kind (MultiHeadAttention.rank_bound) where no causal mask lifts it; else None."""
+    return {role: None if role in CAUSAL_ROLES else layers[0].rank_bound
             for role, layers in model.attention_layers().items()}
 
 
