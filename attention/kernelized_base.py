@@ -33,11 +33,12 @@ class KernelizedAttention(nnx.Module):
     # that product times a decay matrix of full rank (gated_linear) sets it False; its m is the feature map's.
     feature_dim_bounds_rank = True
     incremental = True  # row i depends on the queries up to i alone: see ScoreAttention.incremental
+    implementations = kernel_sums.IMPLEMENTATIONS  # the paths it has (a kind with one path names fewer)
 
     def __init__(self, *, eps: float = 1e-6, chunk_size: int = 64, implementation: str = "auto"):
         option_checks.positive("eps", eps, "it keeps the normaliser away from 0")
         option_checks.at_least("chunk_size", chunk_size, 0, "0: the size attention/chunking.py picks")
-        option_checks.one_of("implementation", implementation, kernel_sums.IMPLEMENTATIONS)
+        option_checks.one_of("implementation", implementation, self.implementations)
         self.eps = eps
         self.chunk_size = chunk_size
         self.implementation = implementation

@@ -54,10 +54,10 @@ class GatedLinearAttention(KernelizedAttention):
     weights, O(Lk) as softmax's cache (a decay around the query's position has no single summed state)."""
 
     feature_dim_bounds_rank = False  # the decay matrix lifts it (see above)
+    implementations = ("auto", "autodiff")  # one path (see above)
 
     def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, **base_options):
         super().__init__(**base_options)
-        option_checks.one_of("implementation", self.implementation, ("auto", "autodiff"))
         self.feature_dim = head_dim
         self.gate_weight = nnx.Param(jnp.zeros((num_heads, head_dim)))
         self.gate_bias = nnx.Param(jnp.full((num_heads,), 3.0))
