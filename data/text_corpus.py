@@ -5,7 +5,7 @@ Two corpora (CORPORA), neither needing a download:
   scientific  the docstrings of the packages requirements.txt installs (SCIENTIFIC_PACKAGES), ~6x larger.
 Both depend on the versions that hold them (a patch release of Python rewords docstrings; the accelerator
 image lacks some packages), so each was collected once (`collect_documents`) and lies frozen in the
-repository, data/corpora/<corpus>.jsonl.xz, with its provenance in data/corpora/manifest.json: every
+repository, data/corpora/<corpus>-<shard>.jsonl.xz, with its provenance in data/corpora/manifest.json: every
 machine trains on the same text. `python -m scripts.freeze_corpus` collects them anew.
 """
 
@@ -160,19 +160,27 @@ def _topic_docstrings():
 # --- the frozen corpora ---------------------------------------------------------------------------------
 
 
-def frozen_path(corpus: str, directory: Path = FROZEN_DIR) -> Path:
-    return directory / f"{corpus}.jsonl.xz"
+SHARD_BYTES = 4_000_000  # of JSON text a shard holds at most: about 0.7 MB compressed, small files to track
+
+
+def frozen_path(corpus: str, shard: int, directory: Path = FROZEN_DIR) -> Path:
+    return directory / f"{corpus}-{shard:02d}.jsonl.xz"
 
 
 def freeze(corpus: str, directory: Path = FROZEN_DIR) -> dict:
-    """Collects `corpus` from this installation and writes it to `frozen_path`, one JSON object
-    {"name", "text"} a line, sorted by name, with its entry in the directory's manifest.json (returned)."""
+    """Collects `corpus` from this installation and writes it in shards (`frozen_path`), one JSON object
+    {"name", "text"} a line, sorted by name, with its entry in the directory's manifest.json (returned): the
+    sha256 of the whole text (the corpus's name, config_name) and of each shard's file."""
     documents = collect_documents(corpus)
-    lines = "".join(json.dumps({"name": name, "text": text}, ensure_ascii=False) + "\n" for name, text in documents)
-    data = lzma.compress(lines.encode("utf-8"), preset=9)
+    lines = [json.dumps({"name": name, "text": text}, ensure_ascii=False) + "\n" for name, text in documents]
     directory.mkdir(parents=True, exist_ok=True)
-    frozen_path(corpus, directory).write_bytes(data)
-    entry = {"sha256": hashlib.sha256(data).hexdigest(), "documents": len(documents),
+    for stale in directory.glob(f"{corpus}-*.jsonl.xz"):
+        stale.unlink()
+    shards = [lzma.compress("".join(shard).encode("utf-8"), preset=9) for shard in _shards(lines)]
+    for index, data in enumerate(shards):
+        frozen_path(corpus, index, directory).write_bytes(data)
+    entry = {"sha256": hashlib.sha256("".join(lines).encode("utf-8")).hexdigest(),
+             "shards": [hashlib.sha256(data).hexdigest() for data in shards], "documents": len(documents),
              "words": sum(len(text.split()) for _, text in documents),
              "python": platform.python_version(), "packages": _versions(corpus)}
     manifest_path = directory / MANIFEST.name
@@ -180,6 +188,17 @@ def freeze(corpus: str, directory: Path = FROZEN_DIR) -> dict:
     manifest[corpus] = entry
     manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return entry
+
+
+def _shards(lines: list[str]) -> list[list[str]]:
+    """Consecutive lines, SHARD_BYTES of text at most a shard (a longer line alone)."""
+    shards, size = [[]], 0
+    for line in lines:
+        if shards[-1] and size + len(line) > SHARD_BYTES:
+            shards, size = shards + [[]], 0
+        shards[-1].append(line)
+        size += len(line)
+    return shards
 
 
 def _versions(corpus: str) -> dict[str, str]:
@@ -192,14 +211,17 @@ def _versions(corpus: str) -> dict[str, str]:
 
 
 def frozen_documents(corpus: str, directory: Path = FROZEN_DIR) -> Documents:
-    """(name, text) of the frozen corpus, sorted by name; its bytes checked against the manifest."""
+    """(name, text) of the frozen corpus, sorted by name; each shard's bytes checked against the manifest."""
     _check_corpus(corpus)
-    data = frozen_path(corpus, directory).read_bytes()
-    expected = _manifest_entry(corpus, directory)["sha256"]
-    if hashlib.sha256(data).hexdigest() != expected:
-        raise ValueError(f"{frozen_path(corpus, directory)} does not match its sha256 in {MANIFEST.name}: "
-                         f"restore it (git checkout) or collect it anew (python -m scripts.freeze_corpus)")
-    rows = [json.loads(line) for line in lzma.decompress(data).decode("utf-8").splitlines()]
+    text = ""
+    for index, expected in enumerate(_manifest_entry(corpus, directory)["shards"]):
+        data = frozen_path(corpus, index, directory).read_bytes()
+        if hashlib.sha256(data).hexdigest() != expected:
+            raise ValueError(f"{frozen_path(corpus, index, directory)} does not match its sha256 in "
+                             f"{MANIFEST.name}: restore it (git checkout) or collect it anew "
+                             f"(python -m scripts.freeze_corpus)")
+        text += lzma.decompress(data).decode("utf-8")
+    rows = [json.loads(line) for line in text.splitlines()]
     return [(row["name"], row["text"]) for row in rows]
 
 

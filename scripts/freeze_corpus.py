@@ -25,8 +25,8 @@ def main(argv: list[str] | None = None) -> None:
     values = command_line.parse(flag_values(), argv, __doc__)
     for corpus in values.corpus:
         entry = text_corpus.freeze(corpus)
-        print(f"{text_corpus.frozen_path(corpus)}: {entry['documents']:,} documents, {entry['words']:,} words, "
-              f"Python {entry['python']}")
+        print(f"{corpus}: {len(entry['shards'])} shards in {text_corpus.FROZEN_DIR}, {entry['documents']:,} documents, "
+              f"{entry['words']:,} words, Python {entry['python']}")
 
 
 if __name__ == "__main__":

@@ -180,20 +180,23 @@ def test_a_frozen_corpus_reads_back_as_collected_and_refuses_changed_bytes(tmp_p
     names = ("numpy.linalg._linalg", "scipy.cluster.hierarchy", "absl.testing.absltest")
     documents = [(name, f"The documentation of {name}, in ünicode.") for name in names]
     monkeypatch.setattr(text_corpus, "collect_documents", lambda corpus: {"scientific": documents}[corpus])
+    monkeypatch.setattr(text_corpus, "SHARD_BYTES", 250)  # lines of ~105 characters: two, then one
     entry = text_corpus.freeze("scientific", tmp_path)
-    assert (entry["documents"], entry["words"]) == (3, 18)
+    assert (entry["documents"], entry["words"], len(entry["shards"])) == (3, 18, 2)
     assert entry["packages"]["numpy"] == importlib.metadata.version("numpy")
     assert text_corpus.frozen_documents("scientific", tmp_path) == documents
-    path = text_corpus.frozen_path("scientific", tmp_path)
+    path = text_corpus.frozen_path("scientific", 0, tmp_path)
     assert lzma.decompress(path.read_bytes()).decode().splitlines()[0] == (
         '{"name": "numpy.linalg._linalg", "text": "The documentation of numpy.linalg._linalg, in ünicode."}')
+    assert len(lzma.decompress(text_corpus.frozen_path("scientific", 1, tmp_path).read_bytes()).splitlines()) == 1
     path.write_bytes(lzma.compress(b'{"name": "x", "text": "y"}\n'))
-    with pytest.raises(ValueError, match="does not match its sha256 in manifest.json"):
+    with pytest.raises(ValueError, match="scientific-00.jsonl.xz does not match its sha256 in manifest.json"):
         text_corpus.frozen_documents("scientific", tmp_path)
 
 
 def test_the_shipped_corpora_are_the_documentation_they_claim():
     manifest = json.loads(text_corpus.MANIFEST.read_text())
+    assert all(path.stat().st_size < 2_000_000 for path in text_corpus.FROZEN_DIR.iterdir())  # small to track
     for corpus, must_hold in (("stdlib", {"json.decoder", "email.mime.text", "topic:assignment"}),
                               ("scientific", {"numpy.linalg._linalg", "flax.nnx.compat", "optax"})):
         documents = text_corpus.frozen_documents(corpus)
