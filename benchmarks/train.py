@@ -2,7 +2,6 @@
 measured in one run: the measurement and report of `python -m scripts.bench_train`, whose docstring (its
 --help) states the method."""
 import ast
-import importlib
 import os
 import time
 
@@ -13,6 +12,7 @@ from absl import logging
 
 import tasks
 from benchmarks.common import counted_flops, machine, write_reports
+from configs.task_configs import BY_TASK
 from data.prefetch import prefetch
 from training import sharding, steps, validate
 
@@ -55,7 +55,7 @@ def load_config(spec: str, overrides: dict | None = None):
     if directory != "configs" or task not in tasks.names():
         raise SystemExit(f"--configs: {path!r} is not a task's config: configs/<task>.py, task one of "
                          f"{', '.join(tasks.names())}")
-    config = importlib.import_module(f"configs.{task}").get_config(arg or None)
+    config = BY_TASK[task].get_config(arg or None)
     for field, value in (overrides or {}).items():
         _override(config, field, value)
     config.wandb.mode = "disabled"

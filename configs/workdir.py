@@ -5,10 +5,10 @@ presets, e.g. `--config=configs/workdir.py:runs/x --config.num_train_steps=6000
 --config.resume_with_changes=num_train_steps`. A field the run's config.json lacks (written before the
 field existed) keeps its default.
 """
-import importlib
 import os
 
 import tasks
+from configs.task_configs import BY_TASK
 from training import workdirs
 from training.workdirs import CONFIG_FILE, WorkdirError
 
@@ -33,7 +33,7 @@ def from_record(record: dict, where: str):
     task = record.get("task")
     if task not in tasks.names():
         raise WorkdirError(f"{where}: task={task!r} is not a task of this lab")
-    config = importlib.import_module(f"configs.{task}").get_config()
+    config = BY_TASK[task].get_config()
     for field, value in workdirs.flatten(record).items():
         try:
             config.update_from_flattened_dict({field: value})

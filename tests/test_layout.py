@@ -69,16 +69,6 @@ def _lab_modules() -> dict[str, pathlib.Path]:
     return {_module_name(path): path for package in PACKAGES for path in sorted((ROOT / package).glob("*.py"))}
 
 
-def _dynamic_targets(node: ast.Call, modules) -> set[str]:
-    """The modules an importlib.import_module(f"<package>.{...}") call may load: the package's modules named
-    after a task (configs/<task>.py). tasks/__init__.py's discovery is _imports' pkgutil rule."""
-    argument = node.args[0] if node.args else None
-    if not isinstance(argument, ast.JoinedStr) or not isinstance(argument.values[0], ast.Constant):
-        return set()
-    package = argument.values[0].value.rstrip(".")
-    return {f"{package}.{task}" for task in tasks.names()} & set(modules)
-
-
 def _imports(name: str, path: pathlib.Path, modules) -> set[str]:
     """The lab modules `name` imports: `from a import b` counts as a.b where that is a module, else a."""
     found = set()
@@ -88,10 +78,6 @@ def _imports(name: str, path: pathlib.Path, modules) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module:
             found |= {f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules else node.module
                       for alias in node.names}
-        elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "import_module":
-            found |= _dynamic_targets(node, modules)
-    if path.name == "__init__.py" and "pkgutil" in found:  # a package that discovers its modules (tasks)
-        found |= {module for module in modules if module.startswith(f"{name}.")}
     return (found & set(modules)) - {name}
 
 
@@ -114,12 +100,41 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return next((cycle for module in sorted(graph) if module not in state and (cycle := visit(module))), None)
 
 
-def test_no_module_imports_itself_back_even_through_importlib():
-    modules = _lab_modules()
-    graph = {name: _imports(name, path, modules) for name, path in modules.items()}
-    assert graph["tasks"] >= {f"tasks.{task}" for task in tasks.names()}  # the discovery is seen
-    assert graph["studies.catalog"] >= {f"configs.{task}" for task in tasks.names()}
+def _import_graph() -> dict[str, set[str]]:
+    modules = {**_lab_modules(), "train": ROOT / "train.py"}
+    return {name: _imports(name, path, modules) for name, path in modules.items()}
+
+
+def test_no_module_imports_itself_back():
+    graph = _import_graph()
+    assert graph["tasks"] >= {f"tasks.{task}" for task in tasks.names()}  # the one list of tasks
+    assert graph["configs.task_configs"] >= {f"configs.{task}" for task in tasks.names()}
     assert _cycle(graph) is None
+
+
+def _import_paths(graph: dict[str, set[str]], start: str) -> dict[str, list[str]]:
+    """Each module reachable from `start` by imports -> one shortest chain of imports to it (breadth first)."""
+    paths, frontier = {start: [start]}, [start]
+    while frontier:
+        reached = {}
+        for module in frontier:
+            for target in sorted(graph[module] - set(paths) - set(reached)):
+                reached[target] = paths[module] + [target]
+        paths.update(reached)
+        frontier = list(reached)
+    return paths
+
+
+def test_imports_lead_from_train_py_to_every_task_and_model_class():
+    """A reader (an IDE, grep) follows train.py to each task module and to the module of each model class a
+    task builds, by plain imports: no module is found by name at run time."""
+    import models
+    paths = _import_paths(_import_graph(), "train")
+    model_modules = {getattr(models, name).__module__ for name in
+                     ("EncoderDecoder", "LanguageModel", "MaskedLanguageModel", "SequenceClassifier")}
+    wanted = {f"tasks.{task}" for task in tasks.names()} | model_modules | {"attention.registry"}
+    assert {module for module in wanted if module not in paths} == set()
+    assert paths["tasks.mlm"][-2:] == ["tasks", "tasks.mlm"]  # through the list, not a lookup by name
 
 
 def test_a_cycle_is_found():
