@@ -18,7 +18,7 @@ at 128: 1.5 against 1.7-2.2 ms sequential; at 256 2.6 against 2.7), the two trad
 and from 2,048 on the sequential one was 1.4-1.9x faster with two thirds of the temporaries. Sequentially,
 C = 32 was the fastest at 512, 1,024, 2,048, 4,096 and 16,384 tokens and 7% behind the fastest (16) at 8,192;
 C = 128 took 1.1-1.6x as long. Hence: up to 256 tokens, parallel in chunks of 64; beyond, sequential in
-chunks of 32. (The former autodiff path, measured by `python -m scripts.bench_chunks`, ran best at C = 32 up
+chunks of 32. (The autodiff path, measured by `python -m scripts.bench_chunks`, ran best at C = 32 up
 to 256 tokens and 64 beyond.)
 
 GPU and TPU: NOT measured (no accelerator was lent to the sessions that built this). Their entries are

@@ -9,7 +9,7 @@ positions, quadratic inside a chunk and through the states of the chunks before 
 attention/chunked_sums.py; "pallas", the kernels of attention/linear_pallas.py (causal: bidirectional
 attention is two matmuls and stays on "xla"; off a GPU in interpret mode, for tests); "auto", the kernels
 where they compile (a GPU, widths and chunks they take within its shared memory), else "xla"; and
-"autodiff", the former path below (XLA's autodiff of the chunked sums, the normaliser a column of ones
+"autodiff", the reference path below (XLA's autodiff of the chunked sums, the normaliser a column of ones
 appended to v, every chunk state, its prefix sum and shifted copy stored for the backward), kept as the
 reference that tests/test_linear_paths.py and `python -m scripts.bench_linear_paths`
 (benchmarks/linear_paths.py) compare the others with.
@@ -66,8 +66,8 @@ def attend_state(phi_q, state, eps):
     return _normalise(_sum_products("bqhm,bhmd->bqhd", phi_q, state), eps)
 
 
-def autodiff_bidirectional_linear_attention(phi_q, phi_k, v, eps):
-    """The former bidirectional path (see the module's docstring): phi_q [B, Lq, H, m], phi_k [B, Lk, H, m],
+def reference_bidirectional_linear_attention(phi_q, phi_k, v, eps):
+    """The reference bidirectional path (see the module's docstring): phi_q [B, Lq, H, m], phi_k [B, Lk, H, m],
     v [B, Lk, H, Dv] -> [B, Lq, H, Dv] in v's dtype."""
     return attend_state(phi_q, key_state(phi_k, v), eps).astype(v.dtype)
 
@@ -84,8 +84,8 @@ def _causal_factors(key_stabiliser, length: int):
     return jnp.exp(jnp.where(causal, stabiliser[..., None, :] - stabiliser[..., :, None], -jnp.inf))
 
 
-def autodiff_causal_linear_attention(phi_q, phi_k, v, eps, chunk: int, key_stabiliser=0.0):
-    """The former causal path (see the module's docstring): causal linear attention over [B, L, H, *]
+def reference_causal_linear_attention(phi_q, phi_k, v, eps, chunk: int, key_stabiliser=0.0):
+    """The reference causal path (see the module's docstring): causal linear attention over [B, L, H, *]
     inputs in chunks of `chunk` positions -> [B, L, H, Dv] in v's dtype.
 
     `key_stabiliser` is a scalar where every key shares one scale; else the running max [B, L, H, 1] of the
@@ -133,7 +133,7 @@ def bidirectional_linear_attention(phi_q, phi_k, v, eps, implementation: str = "
     scalar or per query [B, Lq, H, 1]; `implementation` "autodiff", else the custom-VJP sums (see the module's
     docstring)."""
     if implementation == "autodiff":
-        return autodiff_bidirectional_linear_attention(phi_q, phi_k, v, eps)
+        return reference_bidirectional_linear_attention(phi_q, phi_k, v, eps)
     return chunked_sums.bidirectional_sums(phi_q, phi_k, v, jnp.asarray(eps, jnp.float32))
 
 
@@ -149,7 +149,7 @@ def causal_linear_attention(phi_q, phi_k, v, eps, chunk_size: int, key_stabilise
     platform, length = jax.default_backend(), phi_q.shape[1]
     chunk = min(chunk_size or chunking.chunk_size_for(platform, length), length)
     if implementation == "autodiff":
-        return autodiff_causal_linear_attention(phi_q, phi_k, v, eps, chunk, key_stabiliser)
+        return reference_causal_linear_attention(phi_q, phi_k, v, eps, chunk, key_stabiliser)
     stabiliser = None if jnp.ndim(key_stabiliser) == 0 else key_stabiliser
     eps = jnp.asarray(eps, jnp.float32)
     if _by_kernels(implementation, platform, phi_q.shape[-1], v.shape[-1], chunk, phi_q.dtype):

@@ -16,7 +16,7 @@ one formula.
 Where they run: on a GPU, for feature and value widths and chunks that are powers of two from 16 to 128 whose
 blocks fit an H100's shared memory (`unsupported` says why not otherwise; `auto` then takes the XLA path, an
 explicit `pallas` is refused). The budget (`shared_memory_bytes`, `num_warps`) is an estimate from the blocks
-each kernel holds, calibrated on what Triton 3.6 compiled for sm_90 (issue 39). Elsewhere `pallas` runs the
+each kernel holds, calibrated on what Triton 3.6 compiled for sm_90 on the H100 probe. Elsewhere `pallas` runs the
 kernels in interpret mode (pallas_call(..., interpret=True), the kernels' bodies executed as XLA operations):
 that is how the tests hold them to the XLA path on the CPU. Neither their speed nor their results on a GPU
 were measured: no GPU was lent to the sessions that wrote them (tests/test_linear_paths.py compares them with
@@ -113,7 +113,7 @@ def shared_memory_bytes(kernel: Kernel, feature_dim: int, value_dim: int, chunk:
     """The shared memory one program of `kernel` needs, estimated: Triton stages a dot's operands there (wgmma
     reads them from it; a float32 dot at IEEE precision passes them through it to the FMA layout) and reuses a
     buffer once its dot is done; two dots' operands are counted at once, the two largest. Calibrated on the one
-    reading there is: Triton 3.6 took 256 KiB for the dk/dv kernel at width 128 and chunk 128 (issue 39), which
+    reading there is: Triton 3.6 took 256 KiB for the dk/dv kernel at width 128 and chunk 128 on the H100 probe, which
     is this count of its float32 dots (two of two 128 x 128 operands)."""
     def operand_bytes(dot: str) -> int:
         itemsize = 4 if dot.endswith("*") else jnp.dtype(dtype).itemsize
@@ -132,7 +132,7 @@ def num_warps(kernel: Kernel, feature_dim: int, value_dim: int, chunk: int) -> i
     """4 warps (128 threads) where the kernel's blocks fit in 255 registers a thread, else 8.
 
     The dk/dv kernel at width 64 (chunk 64) holds about 45,000 float32 elements: 352 registers a thread at 4
-    warps, which spilled (issue 39), 176 at 8. Above 8 warps nothing is gained: an SM has 65,536 registers, so
+    warps, which spilled on the H100 probe, 176 at 8. Above 8 warps nothing is gained: an SM has 65,536 registers, so
     16 warps (512 threads) get at most 128 a thread, and at width 128 (chunk 64) that kernel holds 86,000
     elements, more than the SM's registers at any warp count: it spills either way."""
     fits = registers_per_thread(kernel, feature_dim, value_dim, chunk, 4) <= REGISTERS_PER_THREAD

@@ -49,7 +49,7 @@ def kind_of(label: str) -> str:
 
 def variant_options(label: str) -> dict:
     """The options a label sets beyond the benchmark's: {"implementation": ...} for `kind:implementation`
-    (e.g. `linear:autodiff`, the kernelised kinds' former autodiff path, beside `linear`)."""
+    (e.g. `linear:autodiff`, the kernelised kinds' autodiff path, beside `linear`)."""
     parts = label.split(VARIANT)
     if len(parts) == 1:
         return {}

@@ -1,4 +1,4 @@
-"""Linear attention's paths side by side in one run, the former autodiff path against the custom-VJP sums (or
+"""Linear attention's paths side by side in one run, the autodiff path against the custom-VJP sums (or
 chunk sizes and strategies): the measurement and reports of `python -m scripts.bench_linear_paths`, whose
 docstring (its --help) states the method. Timing, warm-up, medians and budgets are benchmarks/attention.py's,
 the roofline benchmarks/roofline.py's."""
@@ -13,7 +13,7 @@ from benchmarks.common import machine, machine_text, parse_lengths, report_markd
 
 MODES = {"causal": (True, False), "bidirectional": (False, False)}  # name -> (causal, masked)
 DEFAULT_COLUMNS = "autodiff:64,xla:64,xla:0"
-FORMER, NEW = "autodiff C=64", "xla C=auto"  # the columns the comparison sets side by side
+AUTODIFF, CUSTOM_VJP = "autodiff C=64", "xla C=auto"  # the columns the comparison sets side by side
 PROGRAMS = {"value_and_grad": "the value and gradient", "grad": "the gradient alone"}
 MIB = 2**20
 
@@ -107,15 +107,16 @@ def table(result: dict, mode: str) -> str:
     return "\n".join(lines)
 
 
-def comparison(result: dict, mode: str, former: str = FORMER, new: str = NEW) -> str:
+def comparison(result: dict, mode: str, first: str = AUTODIFF, second: str = CUSTOM_VJP) -> str:
     """Two columns of a run side by side, a row per length: their times and its ratio, their temporaries and
     its ratio, their FLOP rates with the share of the matmul rate, their times over the roofline."""
-    header = ["L", "former ms", "new ms", "new/former speed", "former temp MiB", "new temp MiB", "new/former temp",
-              "former GFLOP/s (of matmul)", "new GFLOP/s (of matmul)", "former x roofline", "new x roofline"]
+    header = ["L", "autodiff ms", "custom-VJP ms", "custom-VJP/autodiff speed", "autodiff temp MiB",
+              "custom-VJP temp MiB", "custom-VJP/autodiff temp", "autodiff GFLOP/s (of matmul)",
+              "custom-VJP GFLOP/s (of matmul)", "autodiff x roofline", "custom-VJP x roofline"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---:|" * len(header)]
     rows = {(row["kind"], row["length"]): row for row in _mode_rows(result, mode)}
     for length in result["settings"]["lengths"]:
-        a, b = rows.get((former, length)), rows.get((new, length))
+        a, b = rows.get((first, length)), rows.get((second, length))
         if a is None or b is None:
             continue
         lines.append("| " + " | ".join([
@@ -137,16 +138,16 @@ def markdown(result: dict) -> str:
     body = []
     for mode in s["modes"]:
         body += [f"## {mode}\n", table(result, mode), ""]
-    return report_markdown("Linear attention: the former autodiff path and the custom-VJP sums", settings, *body)
+    return report_markdown("Linear attention: the autodiff path and the custom-VJP sums", settings, *body)
 
 
 def tables(result: dict) -> str:
-    """What a run prints: each mode's table, and the former and new paths side by side where it has both."""
+    """What a run prints: each mode's table, and the autodiff and custom-VJP paths side by side where it has both."""
     text = []
     for mode in result["settings"]["modes"]:
         text.append(f"{mode}:\n{table(result, mode)}")
-        if {FORMER, NEW} <= set(result["settings"]["kinds"]):
-            text.append(f"{mode}, {FORMER} against {NEW}:\n{comparison(result, mode)}")
+        if {AUTODIFF, CUSTOM_VJP} <= set(result["settings"]["kinds"]):
+            text.append(f"{mode}, {AUTODIFF} against {CUSTOM_VJP}:\n{comparison(result, mode)}")
     return "\n\n".join(text)
 
 

@@ -47,7 +47,7 @@ loop's body counted once per trip; None where the backend gives none), and this 
 memory bandwidth, measured before the first program and after the last (the better counts). Each row gets
 its FLOP rate, its share of the matmul rate and its time over max(FLOPs / matmul rate, bytes / bandwidth).
 A column of --kinds may be a variant `kind:implementation` of a kind that takes `implementation`, e.g.
-`linear:autodiff` (the kernelised kinds' former autodiff path) beside `linear`.
+`linear:autodiff` (the kernelised kinds' autodiff path) beside `linear`.
 
 Budget: a kind whose planned memory exceeds --max_memory_gb is not run at that length; a kind whose
 forward+backward takes longer than --max_seconds (median, or the warm-up call alone, in which case it is

@@ -7,8 +7,8 @@ The causal form of a kernelised kind (attention/kernel_sums.py, `causal_linear_a
 inside chunks of C positions and linear across them, through prefix sums of per-chunk states. Per
 position, softmax does L D + L Dv multiply-adds (the whole L x L matrix: XLA computes its masked half
 too), causal linear attention m Dv (its chunk's state) + m Dv (the earlier chunks' states) + C (m + Dv) / 2
-(the causal half of its C x C block). With m = D = Dv their ratio is L / (m + C/2), the limit issue 12
-holds the measured time ratio to ("within 80%"). The implementation computes whole C x C blocks, so
+(the causal half of its C x C block). With m = D = Dv their ratio is L / (m + C/2), the limit the
+measured time ratio was held to ("within 80%"). The implementation computes whole C x C blocks, so
 XLA's own FLOP count (`flops` in the JSON, "counted" in the table; the body of a loop over chunks counted
 once per trip, benchmarks/roofline.py) gives about L / (m + C) instead; a
 softmax kernel that skips the masked half (cuDNN's causal flash attention) would halve both. Smaller

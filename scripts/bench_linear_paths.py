@@ -1,4 +1,4 @@
-"""Linear attention's paths side by side in one run: the former autodiff path against the custom-VJP sums.
+"""Linear attention's paths side by side in one run: the autodiff path against the custom-VJP sums.
 
   python -m scripts.bench_linear_paths                       # L 1,024..16,384, causal and bidirectional
   python -m scripts.bench_linear_paths --program=grad --out=reports/bench/linear_paths_grad
@@ -8,11 +8,11 @@
 
 Each column is the kind `linear` (B = 1, H = 4, D = 64 by default, float32) with `implementation`, chunk size
 (0: attention/chunking.py's) and, optionally, the strategy of attention/chunked_sums.py forced at trace time
-(else chunking.py's): "autodiff:64" is the former path at the chunk size it ran best at on the CPU from
+(else chunking.py's): "autodiff:64" is the autodiff path at the chunk size it ran best at on the CPU from
 1,024 tokens, "xla:0" the custom-VJP sums as the kinds run them by default with chunk_size=0. The program
 timed is the jitted value and gradient of sum(out * cotangent) for q, k and v: the output computed as a
 training step needs it (of the gradient alone, XLA drops what only the output needs); `--program=grad`
-times the gradient alone, the program issue 27 measured the former path by (and scripts/bench_attention.py
+times the gradient alone, the program the autodiff path was first measured by (and scripts/bench_attention.py
 times). The columns run in alternating rounds so that a shared machine's noise falls on all alike, with
 scripts/bench_attention.py's timing, warm-up and budgets (benchmarks/attention.py); a column's time is the
 median of --repeats timings.
@@ -22,7 +22,7 @@ arguments and outputs); FLOPs and bytes of XLA's cost analysis of the program ti
 counted once per trip (benchmarks/roofline.py); the FLOP rate, its share of the matmul rate and the time over
 the roofline, from the matmul rate and memory bandwidth measured in the same run (before the first length
 and after the last). Writes linear_paths.json, .md and .png under --out, and prints each mode's table and,
-where the run has both, the former path (autodiff C=64) and the new one (xla C=auto) side by side (the
+where the run has both, the autodiff path (autodiff C=64) and the custom-VJP one (xla C=auto) side by side (the
 tables of docs/benchmarks.md). --tables_of prints those tables of a JSON a run wrote, measuring nothing.
 """
 from absl import flags

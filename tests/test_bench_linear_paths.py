@@ -96,7 +96,7 @@ def test_bad_columns_are_refused(columns):
 
 
 def test_attention_benchmark_takes_variants_and_puts_each_kind_against_its_roofline(tmp_path, capsys):
-    """scripts/bench_attention.py with the former and the new linear path as columns of one run."""
+    """scripts/bench_attention.py with the autodiff and the custom-VJP linear paths as columns of one run."""
     bench_attention.main(["--lengths=16", "--heads=2", "--head_dim=8", "--repeats=1", "--masks=none",
                           "--kinds=softmax,linear,linear:autodiff", f"--out={tmp_path}"])
     result = json.loads((tmp_path / "attention.json").read_text())
@@ -118,7 +118,7 @@ def test_committed_reports_are_their_json_rendered(folder):
 
 
 def test_docs_tables_are_the_committed_json_rendered(capsys):
-    """docs/benchmarks.md's former-against-new tables and the yardstick, as the benchmarks render them."""
+    """docs/benchmarks.md's autodiff-against-custom-VJP tables and the yardstick, as the benchmarks render them."""
     docs = (ROOT / "docs" / "benchmarks.md").read_text()
     grad = bench_linear_paths.main([f"--tables_of={REPORTS / 'linear_paths_grad' / 'linear_paths.json'}"])
     assert linear_paths.comparison(grad, "causal") in capsys.readouterr().out

@@ -1,5 +1,5 @@
 """The kernelised kinds' paths against each other: the custom-VJP sums (attention/chunked_sums.py,
-`implementation="xla"`) against the former path they replace (`implementation="autodiff"`, XLA's autodiff of
+`implementation="xla"`) against the reference path (`implementation="autodiff"`, XLA's autodiff of
 the chunked sums), and the Pallas kernels (attention/linear_pallas.py, in interpret mode on the CPU) against
 the custom-VJP sums: the same outputs and gradients within float32 rounding, for every kind, both strategies
 of carrying the state across chunks, lengths that are not a multiple of the chunk, padded keys, and the
@@ -77,14 +77,14 @@ def _compare(kind, strategy, monkeypatch, length, chunk_size, growth=0.0, paths=
 @pytest.mark.parametrize("strategy", chunked_sums.STRATEGIES)
 @pytest.mark.parametrize("kind", [kind for kind in package_kinds_of(KernelizedAttention)
                                   if "xla" in registry.get(kind).implementations])  # gated_linear has one path
-def test_custom_vjp_equals_the_former_path(kind, strategy, monkeypatch):
+def test_custom_vjp_equals_the_autodiff_path(kind, strategy, monkeypatch):
     """13 positions in chunks of 5: the last chunk padded."""
     _compare(kind, strategy, monkeypatch, length=13, chunk_size=5)
 
 
 @pytest.mark.parametrize("length, chunk_size, strategy", [(16, 4, "sequential"), (16, 4, "parallel"),
                                                           (13, 5, "sequential"), (6, 0, "parallel")])
-def test_custom_vjp_equals_the_former_path_under_a_growing_stabiliser(length, chunk_size, strategy, monkeypatch):
+def test_custom_vjp_equals_the_autodiff_path_under_a_growing_stabiliser(length, chunk_size, strategy, monkeypatch):
     """Performer's keys scaled by their running max, which grows inside and across chunks (whole chunks,
     a padded last one, and one chunk of the whole sequence)."""
     _compare("performer", strategy, monkeypatch, length, chunk_size, growth=0.3)
@@ -95,7 +95,7 @@ def test_custom_vjp_equals_the_former_path_under_a_growing_stabiliser(length, ch
 def test_pallas_kernels_equal_the_xla_path(kind, growth, reference, monkeypatch):
     """In interpret mode: plain features, a growing stabiliser, position-dependent features; 13 positions in
     chunks of 4 (the last padded), padded keys; outputs and gradients. Against the XLA path, whose per-chunk
-    steps the kernels share, and against the former autodiff path, which shares none of them."""
+    steps the kernels share, and against the autodiff path, which shares none of them."""
     _compare(kind, "sequential", monkeypatch, length=13, chunk_size=4, growth=growth, paths=("pallas", reference))
 
 
