@@ -34,8 +34,9 @@ class Task(Protocol):
     def summarize(self, sums: dict) -> dict:
         """Added sums -> metrics (floats)."""
 
-    def evaluate_model(self, config, workdir: str, model, data, step: int) -> dict:
-        """The final evaluation: writes eval.json (training.evaluation.write_eval_json) and returns it."""
+    def evaluate_model(self, config, workdir: str, model, data) -> Any:
+        """The final evaluation's measurements, a training.evaluation.TaskEvaluation: its metrics and its own
+        extras (evaluation.evaluate_and_write adds the keys every eval.json has and writes it)."""
 
     def report_sections(self, results: dict, spectra: dict, out_dir: str, head_dim: int | None) -> list[str]:
         """A study's report body in markdown (analysis.report.rank_study_sections for the rank-bound grids),

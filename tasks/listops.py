@@ -92,19 +92,12 @@ def summarize(sums: dict) -> dict:
             "penalty": float(sums["penalty"]) / count}
 
 
-def evaluate_model(config, workdir: str, model, data: ListOpsData, step: int) -> dict:
-    """Accuracy on the whole `dataset.split` split, attention ranks and row shapes of test examples and state
-    sizes -> eval.json."""
+def evaluate_model(config, workdir: str, model, data: ListOpsData) -> evaluation.TaskEvaluation:
+    """Accuracy on the whole `dataset.split` split; attention ranks and row shapes of test examples."""
     dataset = config.dataset
-    totals = evaluation.model_metric_totals(model, metric_sums, getattr(data, dataset.split), config.eval.batch_size)
-    return evaluation.write_eval_json(config, workdir, {
-        "step": int(step),
-        "task": NAME,
-        "split": dataset.split,
-        "num_examples": int(len(getattr(data, dataset.split)["inputs"])),
-        "attention": model_config.role_kinds(config, roles(config)),
-        "pooling": config.model.pooling,
-        "metrics": summarize(totals),
-        **evaluation.encoder_analysis(config, workdir, model, data.test["inputs"], listops.PAD, listops.decode),
-        "state": evaluation.attention_state(model, {"encoder_self": dataset.max_length + 1}),
-    })
+    evaluated = getattr(data, dataset.split)
+    totals = evaluation.model_metric_totals(model, metric_sums, evaluated, config.eval.batch_size)
+    analysis = evaluation.encoder_analysis(config, workdir, model, data.test["inputs"], listops.PAD, listops.decode)
+    return evaluation.TaskEvaluation(dataset.split, len(evaluated["inputs"]), summarize(totals),
+                                     {"encoder_self": dataset.max_length + 1},
+                                     {"pooling": config.model.pooling, **analysis})

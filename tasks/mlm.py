@@ -136,29 +136,21 @@ def _part_metrics(totals: dict, parts: dict[str, np.ndarray], hits: dict) -> dic
             for part, weights in parts.items()}
 
 
-def evaluate_model(config, workdir: str, model, data: mlm_corpus.MlmData, step: int) -> dict:
+def evaluate_model(config, workdir: str, model, data: mlm_corpus.MlmData) -> evaluation.TaskEvaluation:
     """Masked-token metrics on the whole test split (fixed masking), the same for the no-attention baselines
-    and on the recall slice, and attention ranks and row shapes (every row, and the rows of each part) ->
-    eval.json."""
+    and on the recall slice, and attention ranks and row shapes (every row, and the rows of each part)."""
     parts = _slice_weights(data.test)
     totals = evaluation.model_metric_totals(model, metric_sums, _with_part_weights(data.test),
                                             config.eval.batch_size)
     hits = mlm_baselines.hits(data.train, data.test, data.tokenizer.vocab_size)
-    return evaluation.write_eval_json(config, workdir, {
-        "step": int(step),
-        "task": NAME,
-        "split": config.dataset.split,
-        "num_examples": int(len(data.test["inputs"])),
-        "vocab_size": data.tokenizer.vocab_size,
-        "attention": model_config.role_kinds(config, roles(config)),
-        "metrics": {name: summarize(totals)[name] for name in METRICS},
-        "baselines": _baselines(hits, data.test["weights"]),
-        "recall_slice": _part_metrics(totals, parts, hits),
-        **evaluation.encoder_analysis(config, workdir, model, data.test["inputs"], tokenizer.PAD,
-                                      lambda ids: [data.tokenizer.piece(int(i)) for i in ids],
-                                      selections=_query_rows(data.test, parts)),
-        "state": evaluation.attention_state(model, {"encoder_self": config.dataset.seq_len}),
-    })
+    analysis = evaluation.encoder_analysis(config, workdir, model, data.test["inputs"], tokenizer.PAD,
+                                           lambda ids: [data.tokenizer.piece(int(i)) for i in ids],
+                                           selections=_query_rows(data.test, parts))
+    return evaluation.TaskEvaluation(
+        config.dataset.split, len(data.test["inputs"]), {name: summarize(totals)[name] for name in METRICS},
+        {"encoder_self": config.dataset.seq_len},
+        {"vocab_size": data.tokenizer.vocab_size, "baselines": _baselines(hits, data.test["weights"]),
+         "recall_slice": _part_metrics(totals, parts, hits), **analysis})
 
 
 def _by_seed(evals: list[dict], value) -> dict[int, float]:

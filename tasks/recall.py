@@ -125,24 +125,16 @@ def attention_analysis(config, workdir: str, model, data: RecallData) -> dict:
                                        {role: tokens}, query_positions={role: positions})
 
 
-def evaluate_model(config, workdir: str, model, data: RecallData, step: int) -> dict:
-    """Query accuracy on the whole `dataset.split` split, query-row ranks and shapes (of test examples) and
-    attention state sizes -> eval.json."""
+def evaluate_model(config, workdir: str, model, data: RecallData) -> evaluation.TaskEvaluation:
+    """Query accuracy on the whole `dataset.split` split; query-row ranks and shapes of test examples."""
     dataset = config.dataset
-    totals = evaluation.model_metric_totals(model, metric_sums, getattr(data, dataset.split), config.eval.batch_size)
-    kinds = model_config.role_kinds(config, roles(config))
-    return evaluation.write_eval_json(config, workdir, {
-        "step": int(step),
-        "task": NAME,
-        "split": dataset.split,
-        "num_examples": int(len(getattr(data, dataset.split)["inputs"])),
-        "attention": kinds,
-        "metrics": summarize(totals),
-        **attention_analysis(config, workdir, model, data),
-        "state": evaluation.attention_state(model, dict.fromkeys(kinds, dataset.seq_len)),
-        NAME: {**{field: dataset[field] for field in ("form", "vocab_size", "seq_len", "num_kv_pairs")},
-               "random_non_queries": dataset.get("random_non_queries", True)},
-    })
+    evaluated = getattr(data, dataset.split)
+    totals = evaluation.model_metric_totals(model, metric_sums, evaluated, config.eval.batch_size)
+    task_fields = {**{field: dataset[field] for field in ("form", "vocab_size", "seq_len", "num_kv_pairs")},
+                   "random_non_queries": dataset.get("random_non_queries", True)}
+    return evaluation.TaskEvaluation(dataset.split, len(evaluated["inputs"]), summarize(totals),
+                                     dict.fromkeys(roles(config), dataset.seq_len),
+                                     {**attention_analysis(config, workdir, model, data), NAME: task_fields})
 
 
 PAIRS_PLOT = "accuracy_vs_pairs.png"

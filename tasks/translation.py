@@ -278,18 +278,10 @@ def final_metrics(config, model, data: TranslationData) -> dict:
     }
 
 
-def evaluate_model(config, workdir: str, model, data: TranslationData, step: int) -> dict:
-    """Evaluates on the whole test split and writes `eval.json` in the workdir; returns its content."""
-    return evaluation.write_eval_json(config, workdir, {
-        "step": int(step),
-        "task": NAME,
-        "split": "test",
-        "num_examples": len(data.test_pairs),
-        "attention": model_config.role_kinds(config, roles(config)),
-        "metrics": final_metrics(config, model, data),
-        **attention_analysis(config, workdir, model, data),
-        # Over the longest source and target: the keys each role attends over.
-        "state": evaluation.attention_state(model, {"encoder_self": data.test["source"].shape[1],
-                                                  "decoder_self": data.test["target"].shape[1],
-                                                  "cross": data.test["source"].shape[1]}),
-    })
+def evaluate_model(config, workdir: str, model, data: TranslationData) -> evaluation.TaskEvaluation:
+    """The whole test split's metrics (decoded and teacher-forced) and attention analysis."""
+    source, target = data.test["source"].shape[1], data.test["target"].shape[1]
+    # Over the longest source and target: the keys each role attends over.
+    keys_attended = {"encoder_self": source, "decoder_self": target, "cross": source}
+    return evaluation.TaskEvaluation("test", len(data.test_pairs), final_metrics(config, model, data),
+                                     keys_attended, attention_analysis(config, workdir, model, data))

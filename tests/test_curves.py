@@ -152,6 +152,6 @@ def test_a_run_draws_its_curves_when_config_eval_plots(tiny_config, tmp_path, mo
     config = tiny_config()
     config.eval.plots = draw
     # The curves are drawn before the final evaluation, which these tests do not need.
-    monkeypatch.setattr(loop.tasks.get(config.task), "evaluate_model", lambda *args: {"metrics": {}, "rank": []})
+    monkeypatch.setattr(loop.evaluation, "evaluate_and_write", lambda *args: {"metrics": {}, "rank": []})
     loop.train_and_evaluate(config, str(tmp_path))
     assert os.path.exists(tmp_path / "plots" / "curves.png") == draw

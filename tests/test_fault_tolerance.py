@@ -27,7 +27,7 @@ WALL_CLOCK = ("elapsed_s", "steps_per_sec", "tokens_per_sec")  # the only fields
 
 def _skip_final_evaluation(monkeypatch) -> None:
     # Decoding and rank analysis are half a tiny run's time, and test_training's concern.
-    monkeypatch.setattr(translation, "evaluate_model", lambda *args: {"metrics": {}, "rank": []})
+    monkeypatch.setattr(evaluation, "evaluate_and_write", lambda *args: {"metrics": {}, "rank": []})
 
 
 @pytest.fixture
@@ -149,10 +149,10 @@ def test_eval_py_falls_back_past_a_latest_checkpoint_that_does_not_restore(strai
     shutil.copytree(reference, workdir)
     _truncate_files(os.path.join(workdir, "checkpoints", "20"))
     evaluated = {}
-    def capture(config, workdir, model, data, step):
+    def capture(task, config, workdir, model, data, step):
         evaluated.update(step=step, params=nnx.state(model, nnx.Param))
         return {"metrics": {}, "rank": []}
-    monkeypatch.setattr(translation, "evaluate_model", capture)
+    monkeypatch.setattr(evaluation, "evaluate_and_write", capture)
     loop.evaluate(config, workdir)
     assert evaluated["step"] == 14
     saved = ocp.StandardCheckpointer().restore(os.path.join(reference, "checkpoints", "14", "state"))["params"]

@@ -6,8 +6,7 @@ per checkpoint, which saves them), through one explicit jax.device_get."""
 import jax
 import pytest
 
-from tasks import translation
-from training import loop
+from training import evaluation, loop
 
 pytestmark = pytest.mark.accelerator  # make test-accelerator runs it where device-to-host is guarded too
 
@@ -30,7 +29,7 @@ def test_steps_transfer_nothing_implicitly_and_the_host_reads_once_per_window(ti
     monkeypatch.setattr(loop, "make_train_step", guarded_train_step)
     monkeypatch.setattr(loop._Window, "host", lambda window: reads.append(len(window.steps)) or host(window))
     # The final evaluation comes after the step loop (decoding, ranks): not what this test watches.
-    monkeypatch.setattr(translation, "evaluate_model", lambda *args: {"metrics": {}, "rank": []})
+    monkeypatch.setattr(evaluation, "evaluate_and_write", lambda *args: {"metrics": {}, "rank": []})
     loop.train_and_evaluate(config, str(tmp_path / "run"))
     # Windows of 5 steps at 5, 10, 15, 20; a checkpoint at 10 and 20 saves the window just emptied.
     assert reads == [5, 5, 0, 5, 5, 0]

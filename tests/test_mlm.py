@@ -131,7 +131,7 @@ def test_linear_attention_ranks_stay_within_the_feature_dim(text_files, tmp_path
     config = _config(text_files)
     config.attention.name = "linear"
     data = mlm.prepare_data(config, str(tmp_path))
-    result = mlm.evaluate_model(config, str(tmp_path), mlm.create_model(config, data), data, step=0)
+    result = evaluation.evaluate_and_write(mlm, config, str(tmp_path), mlm.create_model(config, data), data, 0)
     head_dim = config.model.d_model // config.model.num_heads
     assert all(row["rank_bound"] == head_dim for row in result["rank"])
     assert result["rank"][0]["seq_len"] > head_dim  # so that the bound is not trivially met

@@ -17,7 +17,7 @@ from configs import recall as recall_config
 from data import recall
 from models import LanguageModel, TransformerSpec
 from models.transformer import EncoderBlock, ShortConvolution
-from training import loop, validate
+from training import evaluation, loop, validate
 from training.metrics import read_metrics
 from tasks import recall as recall_task
 from training.validate import ConfigError
@@ -329,5 +329,6 @@ def test_eval_json_counts_the_examples_of_the_split_it_reports(tmp_path):
     config = recall_config.get_config("tiny")
     config.dataset.split = "validation"  # 32 examples, against the test split's 48
     data = recall_task.prepare_data(config, str(tmp_path))
-    result = recall_task.evaluate_model(config, str(tmp_path), recall_task.create_model(config, data), data, 0)
+    result = evaluation.evaluate_and_write(recall_task, config, str(tmp_path),
+                                           recall_task.create_model(config, data), data, 0)
     assert (result["split"], result["num_examples"]) == ("validation", config.dataset.validation_size)

@@ -70,13 +70,11 @@ class PreviousToken:
         loss, accuracy = prediction_loss_and_accuracy(sums)
         return {"accuracy": accuracy, "loss": loss}
 
-    def evaluate_model(self, config, workdir, model, data, step):
+    def evaluate_model(self, config, workdir, model, data):
         sums = evaluation.model_metric_totals(model, self.metric_sums, data.test, config.eval.batch_size)
-        return evaluation.write_eval_json(config, workdir, {
-            "step": int(step), "task": self.NAME, "split": "test", "num_examples": len(data.test["inputs"]),
-            "attention": model_config.role_kinds(config, self.roles(config)), "metrics": self.summarize(sums),
-            **evaluation.encoder_analysis(config, workdir, model, data.test["inputs"], 0, list),
-            "state": evaluation.attention_state(model, {"encoder_self": LENGTH})})
+        return evaluation.TaskEvaluation("test", len(data.test["inputs"]), self.summarize(sums),
+                                         {"encoder_self": LENGTH},
+                                         evaluation.encoder_analysis(config, workdir, model, data.test["inputs"], 0, list))
 
 
 @pytest.fixture

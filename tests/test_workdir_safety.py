@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from tasks import translation
-from training import atomic, locks, loop
+from training import atomic, evaluation, locks, loop
 from training.checkpoints import CheckpointError, Checkpoints
 from training.metrics import METRICS_FILE, MetricsWriter, read_metrics
 from training.workdirs import CONFIG_FILE, WorkdirError
@@ -27,7 +27,7 @@ def finished(tiny_config, tmp_path_factory):
     config.eval_every_steps = 3
     workdir = str(tmp_path_factory.mktemp("finished"))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(translation, "evaluate_model", lambda *args: {"metrics": {}, "rank": []})
+        patch.setattr(evaluation, "evaluate_and_write", lambda *args: {"metrics": {}, "rank": []})
         loop.train_and_evaluate(config, workdir)
     return config, workdir
 

@@ -1,6 +1,7 @@
 """Evaluation shared by the tasks: metric sums over a split, attention capture, ranks and row shapes, plots,
 eval.json. The entry that evaluates a workdir, eval.py's, is training/loop.py's `evaluate`."""
 import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -12,7 +13,7 @@ from flax import nnx
 from analysis import plots, rank, shape
 from data import pipeline
 from models import CAUSAL_ROLES
-from training import atomic, devices, sharding, workdirs
+from training import atomic, devices, model_config, sharding, workdirs
 from training.steps import make_eval_step
 
 ATTENTION_EXAMPLE = "attention_example.npz"  # under plots/: the weights of attention.png
@@ -173,9 +174,25 @@ def encoder_analysis(config, workdir, model, inputs, pad_id: int, tokens_of, sel
                               selections={name: rows[sample] for name, rows in (selections or {}).items()})
 
 
-def write_eval_json(config, workdir: str, result: dict) -> dict:
-    """eval.json: the task's `result`, the config it was computed with, and the devices and versions
-    that computed it."""
-    result = {**result, "config": workdirs.config_record(config), "runtime": devices.runtime()}
+@dataclasses.dataclass(frozen=True)
+class TaskEvaluation:
+    """What a task's `evaluate_model` measured; `evaluate_and_write` adds the keys every eval.json has."""
+    split: str  # the split the metrics are of
+    num_examples: int  # its size
+    metrics: dict  # name -> float: the task's METRICS
+    keys_attended: dict[str, int]  # role -> the positions its keys span: attention_state's lengths
+    extras: dict = dataclasses.field(default_factory=dict)  # the task's own keys: rank and shape rows, ...
+
+
+def evaluate_and_write(task, config, workdir: str, model, data, step: int) -> dict:
+    """The final evaluation of `model` at `step` by `task`, written to the workdir's eval.json and returned:
+    the keys every task's eval.json has (step, task, split, num_examples, attention, metrics, state, config,
+    runtime) around the task's own extras (docs/design.md holds the schema)."""
+    measured = task.evaluate_model(config, workdir, model, data)
+    result = {"step": int(step), "task": task.NAME, "split": measured.split,
+              "num_examples": int(measured.num_examples),
+              "attention": model_config.role_kinds(config, task.roles(config)), "metrics": measured.metrics,
+              **measured.extras, "state": attention_state(model, measured.keys_attended),
+              "config": workdirs.config_record(config), "runtime": devices.runtime()}
     atomic.write_text(os.path.join(workdir, "eval.json"), json.dumps(result, indent=1))
     return result

@@ -262,7 +262,7 @@ def _finish(task, config, workdir: str, model, state, data, writer: MetricsWrite
         plots.plot_run_curves(read_metrics(workdir), os.path.join(workdir, "plots", plots.CURVES_PLOT))
     nnx.update(model, state["params"], state["rest"])
     try:
-        result = task.evaluate_model(config, workdir, model, data, config.num_train_steps)
+        result = evaluation.evaluate_and_write(task, config, workdir, model, data, config.num_train_steps)
     except KeyboardInterrupt:
         print(f"interrupted at step {config.num_train_steps} during the final evaluation: training is done and "
               f"checkpointed; restart the same command to evaluate it", flush=True)
@@ -302,7 +302,7 @@ def _evaluate_latest(config, workdir: str, directory: str) -> dict:
     checkpoints.close()
     nnx.update(model, state["params"], state["rest"])
     try:
-        return task.evaluate_model(config, workdir, model, data, step)
+        return evaluation.evaluate_and_write(task, config, workdir, model, data, step)
     except KeyboardInterrupt:
         print(f"interrupted while evaluating the checkpoint at step {step}: eval.json is as it was; rerun "
               f"eval.py to evaluate it", flush=True)
