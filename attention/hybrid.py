@@ -35,7 +35,8 @@ class BasedAttention(nnx.Module):
     both parts' caches (Taylor's state S, local's keys and values) and memories side by side.
 
     `feature_dim` is Taylor's m, but no bound on the rank: phi(Q) phi(K)^T is of rank <= m, the window's band
-    matrix is of full rank (causally, triangular with a positive diagonal), and so is their sum. Its weights are
+    matrix is of full rank (causally, triangular with a positive diagonal), and their sum in general is too
+    (tests/test_hybrid.py finds it above m). Its weights are
     no softmax of scores (keeps_every_key False): the log of the mix reads no score.
     """
 
