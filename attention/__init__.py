@@ -3,11 +3,12 @@
 Importing the package registers every kind. Besides the interface of docs/design.md, each kind reports the
 size of what it must keep to attend, `state_size(key_dim, value_dim, seq_len, causal)` numbers per head:
 m x Dv for a kernelised kind at any length (a fixed state, hence a bounded recall), every key and value
-for the softmax family (the cache grows with the length), the window's for local attention.
+for the softmax family (the cache grows with the length), the window's for local attention, both for `based`.
 
 Incremental decoding, one position at a time (q, k, v [B, 1, H, D]; every kind built on ScoreAttention
-or KernelizedAttention has it, and one that is not `incremental` (softmax_rank) refuses it; MultiHeadAttention
-wraps it with the projections and refuses a kind without it, naming it):
+or KernelizedAttention has it, `based` through both of its parts, and one that is not `incremental`
+(softmax_rank) refuses it; MultiHeadAttention wraps it with the projections and refuses a kind without it,
+naming it):
 
     init_cache(batch, max_len, num_heads, key_dim, value_dim, dtype) -> cache   # causal self-attention
     decode_step(q, k, v, cache, index, max_len, key_valid [B]) -> (out [B, 1, H, Dv], cache)
@@ -22,7 +23,7 @@ the position). Every array of a cache or memory leads with the batch axis, so be
 by gathering along it.
 """
 from attention import (  # noqa: F401  (registration side effect)
-    dot_product, forced_forward, hard, kernelized_kinds, learned_scores, local, low_rank)
+    dot_product, forced_forward, hard, hybrid, kernelized_kinds, learned_scores, local, low_rank)
 from attention.multi_head import MultiHeadAttention
 from attention.registry import all_options, create, names, option_defaults, options, register, select_options
 

@@ -39,8 +39,9 @@ def _option_parameters(cls: type) -> list[inspect.Parameter]:
 
     Base options are declared once, as the keyword arguments of the constructor of the kind's family base:
     the first class up its MRO whose constructor takes no **base_options (ScoreAttention: dropout_rate;
-    KernelizedAttention: eps, chunk_size). A class in between adds none of its own: local, on SoftmaxAttention,
-    takes no implementation."""
+    KernelizedAttention: eps, chunk_size, implementation). A class in between adds none of its own: local, on
+    SoftmaxAttention, takes no implementation. A kind built of other kinds (based) takes no **base_options: it
+    names each option it passes on."""
     parameters = inspect.signature(cls.__init__).parameters.values()
     own = [parameter for parameter in parameters if parameter.name not in ("self", *_COMMON_ARGS)
            and parameter.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)]

@@ -1,5 +1,5 @@
 """Every kind of the attention package is held to the contract of tests/kind_harness.py (run by
-tests/test_contract_*.py): a registered kind without a dense reference, or outside both contract files,
+tests/test_contract_*.py and tests/test_hybrid.py): a registered kind without a dense reference, or outside them,
 fails here; docs/attention.md's table of options is the registry's, and the options every kind of a base takes are
 declared by that base alone."""
 import inspect
@@ -11,6 +11,7 @@ from flax import nnx
 
 import attention
 from attention import registry
+from attention.hybrid import BasedAttention
 from attention.kernelized_base import KernelizedAttention
 from attention.score_base import ScoreAttention
 from kind_harness import package_kinds, package_kinds_of, reference_for
@@ -21,9 +22,10 @@ PACKAGE_KINDS = package_kinds()
 
 
 def test_the_contract_files_run_every_kind_of_the_package():
-    """tests/test_contract_scored.py and test_contract_kernelized.py split the package's kinds by base class:
-    a kind on neither base would escape the contract."""
-    contracted = package_kinds_of(ScoreAttention) + package_kinds_of(KernelizedAttention)
+    """tests/test_contract_scored.py and test_contract_kernelized.py split the package's kinds by base class,
+    and tests/test_hybrid.py runs the hybrid of the two: a kind on none of them would escape the contract."""
+    contracted = (package_kinds_of(ScoreAttention) + package_kinds_of(KernelizedAttention)
+                  + package_kinds_of(BasedAttention))
     covered = {registry.get(name) for name in contracted}
     assert [name for name in PACKAGE_KINDS if registry.get(name) not in covered] == []
 
@@ -90,6 +92,6 @@ def test_a_kind_without_a_reference_or_with_a_second_default_is_refused(monkeypa
     monkeypatch.setitem(registry._KINDS, "unreferenced", Unreferenced)  # undone after the test
     with pytest.raises(LookupError, match="'unreferenced' has no dense reference"):
         reference_for("unreferenced")
-    message = "option 'eps' defaults to 1e-06 in kind 'cosformer' but to 0.001 in 'unreferenced'"
+    message = "option 'eps' defaults to 1e-06 in kind 'based' but to 0.001 in 'unreferenced'"
     with pytest.raises(ValueError, match=message):
         attention.option_defaults()

@@ -237,6 +237,8 @@ def test_queries_and_keys_of_their_own_width(kind):
     ("performer", {"num_features": 5}, False, 5 * 4),
     ("local", {"window": 2}, True, 3 * (3 + 4)),  # the query and the 2 keys before it
     ("local", {"window": 2}, False, 5 * (3 + 4)),  # and the 2 after it
+    ("based", {"window": 2}, True, math.comb(3 + 2, 2) * 4 + 3 * (3 + 4)),  # taylor's state and local's window
+    ("based", {"window": 2}, False, math.comb(3 + 2, 2) * 4 + 5 * (3 + 4)),
 ])
 def test_each_kind_reports_the_state_a_head_keeps(kind, options, causal, expected):
     layer = MultiHeadAttention(kind, d_model=8, num_heads=2, rngs=nnx.Rngs(0), qk_head_dim=3, kind_options=options)
