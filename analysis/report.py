@@ -60,8 +60,9 @@ def _max_numerical_rank(evals: list[dict]) -> int:
     return max(row["max_numerical_rank"] for row in rank_rows(evals))
 
 
-def dash_if_none(value) -> str:
-    return "-" if value is None else str(value)
+def dash_if_none(value, spec: str = "") -> str:
+    """`value` formatted by `spec` ("-" for None): a table's cell for a number a run may lack."""
+    return "-" if value is None else format(value, spec)
 
 
 # The shape columns of the rank tables: eval.json's shape metrics (analysis/shape.py) and their formats.

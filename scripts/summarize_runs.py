@@ -6,7 +6,7 @@ runs of different tasks get a metrics table each.
 from absl import flags
 
 from scripts import command_line
-from studies.summaries import summarize
+from studies.summaries import summary_tables
 
 FLAGS = flags.FlagValues()  # none: the arguments are workdirs
 
@@ -16,7 +16,7 @@ def main(argv: list[str] | None = None) -> None:
     if not workdirs:
         raise SystemExit(__doc__)
     with command_line.one_line_errors():
-        print(summarize(workdirs))
+        print(summary_tables(workdirs))
 
 
 if __name__ == "__main__":

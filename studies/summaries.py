@@ -39,7 +39,7 @@ def _malformed(result: dict) -> str | None:
     return None
 
 
-def metrics_table(results: dict[str, dict]) -> str:
+def workdir_metrics_table(results: dict[str, dict]) -> str:
     """One table per task, in the order the tasks first appear: their metrics differ."""
     tables = []
     for task in dict.fromkeys(result["task"] for result in results.values()):
@@ -58,7 +58,7 @@ def _number(value) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
-def rank_table(results: dict[str, dict]) -> str:
+def workdir_rank_table(results: dict[str, dict]) -> str:
     lines = ["| run | role | kind | mean key length | numerical rank | effective rank | stable rank | rank bound |",
              "|---|---|---|---:|---:|---:|---:|---:|"]
     for workdir, result in results.items():
@@ -73,10 +73,10 @@ def rank_table(results: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def summarize(workdirs: list[str]) -> str:
+def summary_tables(workdirs: list[str]) -> str:
     """The metrics and rank tables of the workdirs; SystemExit naming an eval.json that is missing or not one."""
     try:
         results = {workdir: load(workdir) for workdir in workdirs}
     except WorkdirError as error:
         raise StudyError(str(error)) from None
-    return metrics_table(results) + "\n\n" + rank_table(results)
+    return workdir_metrics_table(results) + "\n\n" + workdir_rank_table(results)

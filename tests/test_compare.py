@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import attention
-from analysis import plots, report
+from analysis import plots, recall_report, report
 from configs import grids
 from scripts import compare
 from studies import catalog, jobs, runner
@@ -513,13 +513,13 @@ RECALL_RESULTS = {
 
 def test_recall_tables_give_sizes_seeds_and_every_layer():
     # softmax: std of (1.0, 0.98) = 0.0141; linear N16: std of (0.4, 0.5) = 0.0707; layer means 7 and 7.5.
-    assert recall_task.accuracy_table(RECALL_RESULTS).splitlines()[3:] == [
+    assert recall_report.query_accuracy_table(RECALL_RESULTS).splitlines()[3:] == [
         "| softmax_N16 | softmax | 16 | 64 | - | 8,192 | 2 | 0.9900 ± 0.0141 | 1.000, 0.980 | 0.9950 |  |",
         "| linear_d16_N16 | linear | 16 | 16 | 16 | 1,024 | 2 | 0.4500 ± 0.0707 | 0.400, 0.500 | 0.4650 |  |",
         "| linear_d16_N4 | linear | 4 | 16 | 16 | 1,024 | 1 | 0.9000 ± - | 0.900 | 0.9000 |  |",
     ]
     no_shape = " - | - | - | - | - |"
-    assert recall_task.rank_table(RECALL_RESULTS).splitlines()[3:] == [
+    assert recall_report.query_rank_table(RECALL_RESULTS).splitlines()[3:] == [
         "| softmax_N16 | softmax | 16 | - | 0 | 15.50 | 16.50 | 1.50 | 0.97 |" + no_shape,
         "| softmax_N16 | softmax | 16 | - | 1 | 7.50 | 8.50 | 1.50 | 0.47 |" + no_shape,
         "| linear_d16_N16 | linear | 16 | 16 | 0 | 7.00 | 8.00 | 1.50 | 0.44 |" + no_shape,
@@ -575,15 +575,15 @@ def test_write_report_for_recall_writes_its_tables_plots_and_results(tmp_path):
     path = report.write_report(recall_task, "quick", "python -m scripts.compare --task=recall", RECALL_RESULTS, {},
                                str(tmp_path))
     text = open(path).read()
-    assert recall_task.accuracy_table(RECALL_RESULTS) in text and recall_task.rank_table(RECALL_RESULTS) in text
-    for image in (recall_task.PAIRS_PLOT, recall_task.STATE_PLOT, recall_task.RANK_PLOT,
-                  recall_task.WIDTH_PLOT):
+    assert recall_report.query_accuracy_table(RECALL_RESULTS) in text and recall_report.query_rank_table(RECALL_RESULTS) in text
+    for image in (recall_report.PAIRS_PLOT, recall_report.STATE_PLOT, recall_report.RANK_PLOT,
+                  recall_report.WIDTH_PLOT):
         assert f"]({image})" in text and (tmp_path / image).stat().st_size > 0
     with open(tmp_path / report.RESULTS_JSON) as f:
         assert json.load(f) == RECALL_RESULTS
     without_sweep = {name: evals for name, evals in RECALL_RESULTS.items() if name != "linear_d4_N16"}
     text = open(report.write_report(recall_task, "quick", "cmd", without_sweep, {}, str(tmp_path / "other"))).read()
-    assert recall_task.WIDTH_PLOT not in text and not (tmp_path / "other" / recall_task.WIDTH_PLOT).exists()
+    assert recall_report.WIDTH_PLOT not in text and not (tmp_path / "other" / recall_report.WIDTH_PLOT).exists()
 
 
 def test_error_bars_say_what_they_are_and_labels_of_near_points_do_not_overlap():
@@ -618,8 +618,8 @@ def test_recall_plots_draw_chance_and_a_rank_panel_per_layer(tmp_path):
     original = plt.close
     try:
         plt.close = lambda fig=None: figures.append(fig)
-        recall_task.plot_rank_vs_pairs(RECALL_RESULTS, str(tmp_path / "rank.png"))
-        recall_task.plot_accuracy_vs_pairs(RECALL_RESULTS, str(tmp_path / "pairs.png"))
+        recall_report.plot_rank_vs_pairs(RECALL_RESULTS, str(tmp_path / "rank.png"))
+        recall_report.plot_accuracy_vs_pairs(RECALL_RESULTS, str(tmp_path / "pairs.png"))
     finally:
         plt.close = original
     rank, pairs = figures

@@ -10,6 +10,7 @@ import pytest
 from configs import mlm as mlm_config
 from data import mlm_baselines, mlm_corpus, tokenizer
 from data.files import DatasetNotPreparedError
+from analysis import mlm_report
 from tasks import mlm
 from training import evaluation, loop, validate
 from training.loop import evaluate
@@ -197,24 +198,24 @@ def test_a_gap_whose_interval_excludes_zero_is_read_as_a_gap_and_seeds_below_a_b
     # below the bigram's 0.29.
     half_width = 4.302653 * 0.025 / math.sqrt(3)
     assert (f"- linear against softmax: -10.0 points (95% CI {-10 - 100 * half_width:+.1f} to "
-            f"{-10 + 100 * half_width:+.1f}) overall" in mlm.reading(results))
-    assert mlm.recall_slice_table(results).splitlines()[3].endswith("| 1/3 |")
+            f"{-10 + 100 * half_width:+.1f}) overall" in mlm_report.gap_reading(results))
+    assert mlm_report.recall_slice_table(results).splitlines()[3].endswith("| 1/3 |")
 
 
 def test_the_report_gives_each_kind_against_softmax_with_a_95_percent_interval_paired_by_seed():
     # Seeds listed out of order: the pairing goes by config.seed. Differences on the slice: -0.1, -0.15, -0.05.
     results = {"softmax": [_study_eval("softmax", seed, acc, 0.3) for seed, acc in ((0, 0.5), (1, 0.6), (2, 0.7))],
                "linear": [_study_eval("linear", seed, acc, 0.3) for seed, acc in ((2, 0.65), (0, 0.4), (1, 0.45))]}
-    rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in mlm.recall_slice_table(results).splitlines()[2:]}
+    rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in mlm_report.recall_slice_table(results).splitlines()[2:]}
     half_width = 4.302653 * 0.05 / math.sqrt(3)  # t(0.975, 2) x std / sqrt(n)
     assert rows["linear"][-2] == f"-0.1000 ± {half_width:.4f}"
     assert rows["linear"][-3] == f"{0.25 * -0.1:+.4f} ± {0.25 * half_width:.4f}"
     assert rows["softmax"][-2] == "-"  # the reference itself
     assert rows["softmax"][-1] == rows["linear"][-1] == "3/3 |"  # 0.325 and more, above the bigram's 0.29
     assert (f"- linear against softmax: no gap larger than {100 * 0.25 * half_width + 2.5:.1f} points detectable "
-            in mlm.reading(results))
-    assert f"no gap larger than {100 * half_width + 10:.1f} points detectable (-10.0, 95% CI" in mlm.reading(results)
-    assert "| bigram | 0.2900 | 0.2900 | 0.2900 |" in mlm.baseline_table(results)
+            in mlm_report.gap_reading(results))
+    assert f"no gap larger than {100 * half_width + 10:.1f} points detectable (-10.0, 95% CI" in mlm_report.gap_reading(results)
+    assert "| bigram | 0.2900 | 0.2900 | 0.2900 |" in mlm_report.baseline_table(results)
 
 
 def _curve_eval(kind, seed, seq_len, centred, curve):
@@ -239,15 +240,15 @@ def test_each_run_is_held_to_the_softmax_run_trained_alike_at_every_validation()
                         for seed in range(2)],
         "linear_centred": [_curve_eval("linear", seed, 128, True, curve) for seed in range(2)],  # no softmax alike
     }
-    assert [mlm._reference_name(evals, results) for evals in results.values()] == [
+    assert [mlm_report._reference_name(evals, results) for evals in results.values()] == [
         None, "softmax", None, "softmax_L512", None]
-    gaps = mlm.gaps_over_steps(results)
+    gaps = mlm_report.gaps_over_steps(results)
     assert list(gaps) == ["all", "recall slice"] and list(gaps["all"]) == ["linear", "linear_L512"]
     (step, mean, half), (last_step, last_mean, last_half) = gaps["all"]["linear"]
     assert (step, last_step) == (500, 1000) and mean == pytest.approx(-0.10) and half == pytest.approx(0.0)
     # Differences -0.05 and -0.03: t(0.975, 1) x std / sqrt(2) = 12.7062 x 0.014142 / 1.414214.
     assert last_mean == pytest.approx(-0.04) and last_half == pytest.approx(12.7062 * 0.01, rel=1e-4)
     assert gaps["recall slice"]["linear_L512"] == [(500, pytest.approx(-0.30), 0.0), (1000, pytest.approx(-0.25), 0.0)]
-    table = mlm.gaps_over_steps_table(gaps).splitlines()
+    table = mlm_report.gaps_over_steps_table(gaps).splitlines()
     assert table[0] == "| run | positions | step 500 | step 1,000 |"
     assert table[2] == "| linear | all | -10.0 ± 0.0 | -4.0 ± 12.7 |"

@@ -1,7 +1,7 @@
 """The numbers README.md, docs/results.md and configs/mlm.py write in prose, held to the results they come
 from. READINGS lists each quoted sentence as the doc words it, "{}" where a number stands, with the function
 that computes those numbers from the study's results.json (through the functions the report itself uses:
-tasks/mlm.py's paired differences, analysis/stats.py) and their format; a number changed in the prose, or
+analysis/mlm_report.py's paired differences, analysis/stats.py) and their format; a number changed in the prose, or
 in the results, fails here. CLAIMS holds the words that carry no number ("in every seed") the same way. The
 README's MLM paragraph is held number by number: one that no reading covers fails
 test_every_number_of_the_mlm_paragraph_is_held."""
@@ -15,10 +15,10 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from analysis import report, stats
+from analysis import mlm_report, recall_report, report, stats
 from benchmarks.train import load_config
 from studies import catalog, runner
-from tasks import mlm, recall
+from tasks import mlm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MLM = "reports/mlm/standard"
@@ -44,7 +44,7 @@ def _one(values) -> int | float:
     return value
 
 
-# --- the MLM study's numbers, as tasks/mlm.py's report computes them -------------------------------------------
+# --- the MLM study's numbers, as analysis/mlm_report.py computes them -------------------------------------------
 
 
 def _mlm(run: str) -> list[dict]:
@@ -52,17 +52,17 @@ def _mlm(run: str) -> list[dict]:
 
 
 def kernelised() -> list[str]:
-    """The runs compared with a softmax run (mlm.reading's): every one but softmax."""
+    """The runs compared with a softmax run (mlm_report.gap_reading's): every one but softmax."""
     results = _results(MLM)
-    return [name for name, evals in results.items() if mlm._reference_name(evals, results) is not None]
+    return [name for name, evals in results.items() if mlm_report._reference_name(evals, results) is not None]
 
 
 def gap(run: str, part: str = "all") -> tuple[float, float, float]:
     """Softmax's lead over `run` in points, overall or on a part (mlm.PARTS): the mean of the differences
     paired by seed and its 95% interval's ends, the report's reading negated."""
     results = _results(MLM)
-    value = mlm._overall if part == "all" else mlm._slice_accuracy(part)
-    mean, half_width = mlm._difference(results[run], results[mlm._reference_name(results[run], results)], value)
+    value = mlm_report._overall if part == "all" else mlm_report._slice_accuracy(part)
+    mean, half_width = mlm_report._difference(results[run], results[mlm_report._reference_name(results[run], results)], value)
     return -100 * mean, -100 * (mean + half_width), -100 * (mean - half_width)
 
 
@@ -78,10 +78,10 @@ def gap_share(run: str, part: str) -> float:
     weighted by their shares of the positions (test_the_slices_make_up_the_accuracy), so the gap, paired by
     seed, is the sum of the parts' weighted gaps: this part's over the whole."""
     results = _results(MLM)
-    reference = results[mlm._reference_name(results[run], results)]
-    weighted = mlm._difference(results[run], reference,
-                               lambda result: result["recall_slice"][part]["share"] * mlm._slice_accuracy(part)(result))
-    return 100 * weighted[0] / mlm._difference(results[run], reference, mlm._overall)[0]
+    reference = results[mlm_report._reference_name(results[run], results)]
+    weighted = mlm_report._difference(results[run], reference,
+                               lambda result: result["recall_slice"][part]["share"] * mlm_report._slice_accuracy(part)(result))
+    return 100 * weighted[0] / mlm_report._difference(results[run], reference, mlm_report._overall)[0]
 
 
 def span(values) -> tuple[float, float]:
@@ -91,7 +91,7 @@ def span(values) -> tuple[float, float]:
 
 def accuracy(run: str, part: str = "all") -> tuple[float, float]:
     """Mean ± std over seeds in percent, overall or on a part."""
-    value = mlm._overall if part == "all" else mlm._slice_accuracy(part)
+    value = mlm_report._overall if part == "all" else mlm_report._slice_accuracy(part)
     mean, std = stats.mean_std([value(result) for result in _mlm(run)])
     return 100 * mean, 100 * std
 
@@ -406,7 +406,7 @@ def test_one_configuration_two_studies():
     configuration at the same rate: the same results, seed by seed (so the prose quotes it as one)."""
     kinds, quick = _results(RECALL_KINDS)["linear_N16"], _results(RECALL_QUICK)["linear_d64_N16"]
     assert [result["config"]["seed"] for result in kinds] == [0, 1]
-    assert recall._state(kinds) == recall._state(quick)
+    assert recall_report._state(kinds) == recall_report._state(quick)
     for kinds_result, quick_result in zip(kinds, quick):
         assert kinds_result["selected"] == quick_result["selected"]
         assert kinds_result["metrics"] == quick_result["metrics"]

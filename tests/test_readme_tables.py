@@ -16,10 +16,9 @@ import numpy as np
 import pytest
 
 import tasks
-from analysis import report, stats
+from analysis import recall_report, report, stats
 from demos import attention_scale, nadaraya_watson
 from studies import runner
-from tasks import recall
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = ("README.md", "docs/results.md", "docs/usage.md", "docs/attention.md", "docs/accelerators.md",
@@ -130,7 +129,7 @@ def _recall_run(results: dict, row: Row, pairs: int = 16) -> str | None:
     width = row.get("d'") or (re.search(r"d' = (\d+)", label) or [None, "64"])[1]
     runs = [name for name, evals in results.items()
             if re.fullmatch(rf"{kind}(_d\d+)?(_[mw]\d+)?_N{pairs}", name)
-            and str(recall._state(evals)["key_dim"]) == width]
+            and str(recall_report._state(evals)["key_dim"]) == width]
     assert len(runs) <= 1, f"{label}: several runs {runs}"
     return runs[0] if runs else None
 
@@ -144,7 +143,7 @@ def _layer_means(evals: list[dict]) -> dict[int, dict[str, float]]:
 
 
 def _recall_cells(evals: list[dict]) -> Row:
-    state = recall._state(evals)
+    state = recall_report._state(evals)
     ranks = _layer_means(evals)
     return {"feature dim m": "-" if state["feature_dim"] is None else str(state["feature_dim"]),
             "m": "-" if state["feature_dim"] is None else str(state["feature_dim"]),

@@ -35,8 +35,8 @@ def test_tables_average_ranks_over_layers_and_heads(tmp_path):
     }
     (tmp_path / "eval.json").write_text(json.dumps(result))
     results = {str(tmp_path): summaries.load(str(tmp_path))}
-    assert summaries.metrics_table(results).splitlines()[2] == f"| {tmp_path} | linear/softmax | 0.5000 | 1.2500 |"
-    rows = summaries.rank_table(results).splitlines()[2:]
+    assert summaries.workdir_metrics_table(results).splitlines()[2] == f"| {tmp_path} | linear/softmax | 0.5000 | 1.2500 |"
+    rows = summaries.workdir_rank_table(results).splitlines()[2:]
     assert rows == [f"| {tmp_path} | encoder_self | linear | 6 | 3.00 | 1.50 | 1.00 | 4 |",
                     f"| {tmp_path} | decoder_self | linear | 6 | 6.00 | 3.00 | 1.00 | - |",
                     f"| {tmp_path} | cross | softmax | 6 | 5.00 | 2.50 | 1.00 | - |"]
@@ -53,13 +53,13 @@ def test_runs_of_two_tasks_get_a_metrics_table_each(tmp_path):
     translation = _eval_json(tmp_path / "scan", "translation", {"exact_match": 0.5})
     mlm = _eval_json(tmp_path / "mlm", "mlm", {"masked_accuracy": 0.25}, [_row("encoder_self", 0, 0, 2.0, 4)])
     results = {workdir: summaries.load(workdir) for workdir in (translation, mlm)}
-    first, second = summaries.metrics_table(results).split("\n\n")
+    first, second = summaries.workdir_metrics_table(results).split("\n\n")
     assert first.splitlines()[0] == "| run | attention | exact_match |"
     assert first.splitlines()[2:] == [f"| {translation} | softmax | 0.5000 |"]
     assert second.splitlines()[0] == "| run | attention | masked_accuracy |"
     assert second.splitlines()[2:] == [f"| {mlm} | softmax | 0.2500 |"]
     # The translation run has no rank rows for its role: the rank table leaves it out.
-    assert [row.split(" | ")[0] for row in summaries.rank_table(results).splitlines()[2:]] == [f"| {mlm}"]
+    assert [row.split(" | ")[0] for row in summaries.workdir_rank_table(results).splitlines()[2:]] == [f"| {mlm}"]
 
 
 @pytest.mark.parametrize("content, reason", [
