@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention import aux_losses, feature_maps, kernel_sums, masks, option_checks
+from attention import aux_losses, feature_maps, kernel_sums, key_gates, masks, option_checks
 from attention.kernelized_base import KernelizedAttention
 from attention.registry import register
 from attention.score_base import dot_scores, masked_softmax
@@ -36,11 +36,9 @@ class GatedLinearAttention(KernelizedAttention):
     z_t = g_t z_{t-1} + phi(k_t), o_t = phi(q_t)^T S_t / (phi(q_t)^T z_t + eps). GLA's gate per key feature
     (a diagonal decay of S's rows) is a later step.
 
-    g_t = sigmoid(k_t . w_h + b_h) in (0, 1). A kind sees q, k and v only, not the layer's input x_t, so the
-    gate is read from the key: it is the projection of x_t that enters the state, and the gate says how much
-    of the older state it keeps; a query-side gate would not exist on a cross-attention's keys' axis, whose
-    state the gate decays. w = 0 and b = 3 start every gate at sigmoid(3) = 0.95, near `linear`'s no decay.
-    A padded key adds no term and decays nothing (its gate is 1), so padding is as if it were absent.
+    g_t = sigmoid(k_t . w_h + b_h) in (0, 1), read from the key (attention/key_gates.py says why). w = 0 and
+    b = 3 start every gate at sigmoid(3) = 0.95, near `linear`'s no decay. A padded key adds no term and decays
+    nothing (its gate is 1), so padding is as if it were absent.
 
     Bidirectionally (encoder roles, cross-attention) a forward and a backward scan are added, numerators and
     normalisers alike: key s reaches query t decayed by the gates between them in either direction, and query
@@ -59,19 +57,17 @@ class GatedLinearAttention(KernelizedAttention):
     def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, **base_options):
         super().__init__(**base_options)
         self.feature_dim = head_dim
-        self.gate_weight = nnx.Param(jnp.zeros((num_heads, head_dim)))
-        self.gate_bias = nnx.Param(jnp.full((num_heads,), 3.0))
+        self.gate_weight, self.gate_bias = key_gates.parameters(num_heads, head_dim, key_gates.DECAY_BIAS)
 
     def features(self, x):
         return feature_maps.elu_plus_one(x)
 
     def _keys(self, k, key_mask):
         """(phi(k), log g [B, Lk, H] in float32) with padded keys' phi 0 and log gate 0."""
-        logit = jnp.einsum("blhd,hd->blh", feature_maps.in_float32(k), self.gate_weight[...]) + self.gate_bias[...]
-        phi_k, log_gate = self.features(k), jax.nn.log_sigmoid(logit)
+        phi_k, log_gate = self.features(k), key_gates.log_gate(k, self.gate_weight, self.gate_bias, key_mask)
         if key_mask is None:
             return phi_k, log_gate
-        return phi_k * key_mask[:, :, None, None].astype(phi_k.dtype), log_gate * key_mask[:, :, None]
+        return phi_k * key_mask[:, :, None, None].astype(phi_k.dtype), log_gate
 
     def weights(self, q, k, mask=None, *, causal=False):
         phi_k, log_gate = self._keys(k, masks.key_padding(mask, k.shape[0], k.shape[1]))
