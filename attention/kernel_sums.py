@@ -204,21 +204,28 @@ def normalised_weights(scores, eps):
 
 def _decayed_sums(phi_q, phi_k, values, log_gate, chunk: int, strict: bool):
     """sum over keys s <= t (s < t where `strict`) of phi(q_t).phi(k_s) prod_{r=s+1..t} g_r values_s
-    -> float32 [B, L, H, d] for phi [B, L, H, m], values [B, L, H, d] and log_gate [B, L, H]: one lax.scan over
-    chunks of `chunk` positions carrying the state sum phi(k) values^T [B, H, m, d]. Inside a chunk the decays
-    are differences of the chunk's own cumulative log gates (never of a sum over the whole sequence, which
-    would lose their float32 precision as it grows); across chunks the state decays by the chunk's total."""
+    -> float32 [B, L, H, d] for phi [B, L, H, m], values [B, L, H, d] and log_gate [B, L, H], or [B, L, H, m] for a
+    gate per key feature (each feature's product decayed by its own): one lax.scan over chunks of `chunk` positions
+    carrying the state sum phi(k) values^T [B, H, m, d], whose rows decay by the features' gates. Inside a chunk
+    the decays are differences of the chunk's own cumulative log gates (never of a sum over the whole sequence,
+    which would lose their float32 precision as it grows); across chunks the state decays by the chunk's total."""
+    per_feature = log_gate.ndim == phi_q.ndim
     allowed = jnp.tril(jnp.ones((chunk, chunk), bool), -1 if strict else 0)
 
     def step(state, rows):
         q, k, x, log_g = rows  # [B, H, C, *]
-        decay = jnp.cumsum(log_g.astype(jnp.float32), axis=-1)  # log of the gates' product from the chunk's start
-        within = jnp.exp(jnp.where(allowed, decay[..., :, None] - decay[..., None, :], -jnp.inf))
-        scores = _sum_products("bhqm,bhkm->bhqk", q, k) * within
+        decay = jnp.cumsum(log_g.astype(jnp.float32), axis=2)  # log of the gates' product from the chunk's start
+        if per_feature:  # [B, H, C, C, m]: a product q_t[f] k_s[f] decays by feature f's gates
+            within = jnp.exp(jnp.where(allowed[..., None], decay[..., :, None, :] - decay[..., None, :, :], -jnp.inf))
+            scores = _sum_products("bhqm,bhkm,bhqkm->bhqk", q, k, within)
+        else:
+            within = jnp.exp(jnp.where(allowed, decay[..., :, None] - decay[..., None, :], -jnp.inf))
+            scores = _sum_products("bhqm,bhkm->bhqk", q, k) * within
+        decay = decay if per_feature else decay[..., None]  # [B, H, C, m or 1]
         out = (_sum_products("bhqk,bhkd->bhqd", scores, x)
-               + _sum_products("bhqm,bhmd->bhqd", q, state) * jnp.exp(decay)[..., None])
-        to_end = jnp.exp(decay[..., -1:] - decay)[..., None]  # [B, H, C, 1], <= 1
-        state = state * jnp.exp(decay[..., -1])[..., None, None] + _sum_products("bhkm,bhkd->bhmd", k * to_end, x)
+               + _sum_products("bhqm,bhmd->bhqd", q * jnp.exp(decay), state))
+        to_end = jnp.exp(decay[..., -1:, :] - decay)  # <= 1
+        state = state * jnp.exp(decay[..., -1, :])[..., None] + _sum_products("bhkm,bhkd->bhmd", k * to_end, x)
         return state, out
 
     batch, length, heads, _ = phi_q.shape
@@ -265,10 +272,10 @@ def forward_and_backward(scan, queries, key_rows, log_gate):
 
 
 def reversed_gates(log_gate):
-    """The log gates [B, L, H] a scan over the reversed sequence applies so that key s > t reaches query t decayed
+    """The log gates [B, L, H, *] a scan over the reversed sequence applies so that key s > t reaches query t decayed
     by the gates of t+1..s: reversed, those are the gates of the positions before each one's, hence shifted by
     one, the first position's gate 1."""
-    return jnp.pad(log_gate[:, ::-1][:, :-1], ((0, 0), (1, 0), (0, 0)))
+    return jnp.pad(log_gate[:, ::-1][:, :-1], ((0, 0), (1, 0)) + ((0, 0),) * (log_gate.ndim - 2))
 
 
 def gated_causal_linear_attention(phi_q, phi_k, v, log_gate, eps, chunk_size: int):
@@ -294,12 +301,17 @@ def gated_bidirectional_linear_attention(phi_q, phi_k, v, log_gate, eps, chunk_s
 
 def decayed_scores(phi_q, phi_k, log_gate, positions, causal: bool):
     """The [B, H, Lq, Lk] float32 matrix the gated sums never form: phi(q_t).phi(k_s) times the product of the
-    gates between key s and query t (positions [Lq] on the keys' axis, log_gate [B, Lk, H]), 0 for s > t
-    where `causal`. From cumulative log gates over the whole sequence: exact enough for the analysed and
-    decoded lengths, not the O(L) path's chunk-local sums."""
-    cumulative = jnp.cumsum(log_gate.astype(jnp.float32), axis=1).transpose(0, 2, 1)  # [B, H, Lk]
-    at_query = cumulative[..., jnp.minimum(positions, log_gate.shape[1] - 1), None]  # [B, H, Lq, 1]
+    gates between key s and query t (positions [Lq] on the keys' axis, log_gate [B, Lk, H], or [B, Lk, H, m] per
+    key feature: each feature's product decayed by its own), 0 for s > t where `causal`. From cumulative log gates
+    over the whole sequence: exact enough for the analysed and decoded lengths, not the O(L) path's chunk-local
+    sums."""
+    per_feature = log_gate.ndim == phi_q.ndim
+    cumulative = jnp.moveaxis(jnp.cumsum(log_gate.astype(jnp.float32), axis=1), 1, 2)  # [B, H, Lk, *]
+    at_query = cumulative[:, :, jnp.minimum(positions, log_gate.shape[1] - 1)][:, :, :, None]  # [B, H, Lq, 1, *]
+    at_key = cumulative[:, :, None]  # [B, H, 1, Lk, *]
     later = jnp.arange(log_gate.shape[1])[None, :] > jnp.asarray(positions)[:, None]  # [Lq, Lk]
-    at_key = cumulative[..., None, :]
+    later = later[..., None] if per_feature else later
     log_decay = jnp.where(later, -jnp.inf if causal else at_key - at_query, at_query - at_key)
+    if per_feature:
+        return _sum_products("bqhm,bkhm,bhqkm->bhqk", phi_q, phi_k, jnp.exp(log_decay))
     return _sum_products("bqhm,bkhm->bhqk", phi_q, phi_k) * jnp.exp(log_decay)

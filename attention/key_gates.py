@@ -16,23 +16,30 @@ from attention import feature_maps
 # A decay's b at the start: sigmoid(3) = 0.95, near no decay (gated_linear's `linear`, gated_delta's `delta`).
 DECAY_BIAS = 3.0
 
-def parameters(num_heads: int, head_dim: int, bias: float):
-    """(w [H, d] at 0, b [H] at `bias`): every position starts at sigmoid(bias), whatever its key."""
-    return nnx.Param(jnp.zeros((num_heads, head_dim))), nnx.Param(jnp.full((num_heads,), float(bias)))
+def parameters(num_heads: int, head_dim: int, bias: float, features: int | None = None):
+    """(w [H, d] at 0, b [H] at `bias`), or with `features` = m one scalar per feature, (w [H, m, d], b [H, m]):
+    every position starts at sigmoid(bias), whatever its key."""
+    per_head = (num_heads,) if features is None else (num_heads, features)
+    return nnx.Param(jnp.zeros(per_head + (head_dim,))), nnx.Param(jnp.full(per_head, float(bias)))
 
 
 def _logit(k, weight, bias):
-    """k [B, L, H, d] -> float32 [B, L, H]."""
-    return jnp.einsum("blhd,hd->blh", feature_maps.in_float32(k), weight[...]) + bias[...]
+    """k [B, L, H, d] -> float32 [B, L, H], or [B, L, H, m] for a weight [H, m, d]."""
+    return jnp.einsum("blhd,h...d->blh...", feature_maps.in_float32(k), weight[...]) + bias[...]
+
+
+def _masked(x, key_mask, padded_value: float):
+    if key_mask is None:
+        return x
+    return jnp.where(key_mask.reshape(key_mask.shape + (1,) * (x.ndim - 2)), x, padded_value)
 
 
 def log_gate(k, weight, bias, key_mask):
-    """log g_t = log sigmoid(k_t . w_h + b_h) <= 0 [B, L, H] in float32, 0 at padded keys (key_mask [B, L] False)."""
-    log_g = jax.nn.log_sigmoid(_logit(k, weight, bias))
-    return log_g if key_mask is None else log_g * key_mask[:, :, None]
+    """log g_t = log sigmoid(k_t . w_h + b_h) <= 0 [B, L, H] (per feature: [B, L, H, m]) in float32, 0 at padded
+    keys (key_mask [B, L] False)."""
+    return _masked(jax.nn.log_sigmoid(_logit(k, weight, bias)), key_mask, 0.0)
 
 
 def strength(k, weight, bias, key_mask):
     """beta_t = sigmoid(k_t . w_h + b_h) in (0, 1) [B, L, H] in float32, 0 at padded keys."""
-    beta = jax.nn.sigmoid(_logit(k, weight, bias))
-    return beta if key_mask is None else beta * key_mask[:, :, None]
+    return _masked(jax.nn.sigmoid(_logit(k, weight, bias)), key_mask, 0.0)
