@@ -23,7 +23,7 @@ the position). Every array of a cache or memory leads with the batch axis, so be
 by gathering along it.
 """
 from attention import (  # noqa: F401  (registration side effect)
-    dot_product, forced_forward, hard, hybrid, kernelized_kinds, learned_scores, local, low_rank)
+    delta_rule, dot_product, forced_forward, hard, hybrid, kernelized_kinds, learned_scores, local, low_rank)
 from attention.multi_head import MultiHeadAttention
 from attention.registry import all_options, create, names, option_defaults, options, register, select_options
 

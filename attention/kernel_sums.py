@@ -204,44 +204,84 @@ def normalised_weights(scores, eps):
 
 def _decayed_sums(phi_q, phi_k, values, log_gate, chunk: int, strict: bool):
     """sum over keys s <= t (s < t where `strict`) of phi(q_t).phi(k_s) prod_{r=s+1..t} g_r values_s
-    -> float32 [B, L, H, d] for phi [B, L, H, m], values [B, L, H, d] and log_gate [B, L, H]: one lax.scan over
-    chunks of `chunk` positions carrying the state sum phi(k) values^T [B, H, m, d]. Inside a chunk the decays
-    are differences of the chunk's own cumulative log gates (never of a sum over the whole sequence, which
-    would lose their float32 precision as it grows); across chunks the state decays by the chunk's total."""
-    batch, length, heads, _ = phi_q.shape
-    padding = -length % chunk
-    num_chunks = (length + padding) // chunk
-
-    def chunked(x):  # [B, L, H, *] -> [n, B, H, C, *]; zero padding adds no term and (log gate 0) decays nothing
-        x = jnp.pad(x, ((0, 0), (0, padding)) + ((0, 0),) * (x.ndim - 2))
-        return jnp.moveaxis(x.reshape(batch, num_chunks, chunk, *x.shape[2:]), (1, 3), (0, 2))
-
+    -> float32 [B, L, H, d] for phi [B, L, H, m], values [B, L, H, d] and log_gate [B, L, H], or [B, L, H, m] for a
+    gate per key feature (each feature's product decayed by its own): one lax.scan over chunks of `chunk` positions
+    carrying the state sum phi(k) values^T [B, H, m, d], whose rows decay by the features' gates. Inside a chunk
+    the decays are differences of the chunk's own cumulative log gates (never of a sum over the whole sequence,
+    which would lose their float32 precision as it grows); across chunks the state decays by the chunk's total."""
+    per_feature = log_gate.ndim == phi_q.ndim
     allowed = jnp.tril(jnp.ones((chunk, chunk), bool), -1 if strict else 0)
 
     def step(state, rows):
         q, k, x, log_g = rows  # [B, H, C, *]
-        decay = jnp.cumsum(log_g.astype(jnp.float32), axis=-1)  # log of the gates' product from the chunk's start
-        within = jnp.exp(jnp.where(allowed, decay[..., :, None] - decay[..., None, :], -jnp.inf))
-        scores = _sum_products("bhqm,bhkm->bhqk", q, k) * within
+        decay = jnp.cumsum(log_g.astype(jnp.float32), axis=2)  # log of the gates' product from the chunk's start
+        if per_feature:  # [B, H, C, C, m]: a product q_t[f] k_s[f] decays by feature f's gates
+            within = jnp.exp(jnp.where(allowed[..., None], decay[..., :, None, :] - decay[..., None, :, :], -jnp.inf))
+            scores = _sum_products("bhqm,bhkm,bhqkm->bhqk", q, k, within)
+        else:
+            within = jnp.exp(jnp.where(allowed, decay[..., :, None] - decay[..., None, :], -jnp.inf))
+            scores = _sum_products("bhqm,bhkm->bhqk", q, k) * within
+        decay = decay if per_feature else decay[..., None]  # [B, H, C, m or 1]
         out = (_sum_products("bhqk,bhkd->bhqd", scores, x)
-               + _sum_products("bhqm,bhmd->bhqd", q, state) * jnp.exp(decay)[..., None])
-        to_end = jnp.exp(decay[..., -1:] - decay)[..., None]  # [B, H, C, 1], <= 1
-        state = state * jnp.exp(decay[..., -1])[..., None, None] + _sum_products("bhkm,bhkd->bhmd", k * to_end, x)
+               + _sum_products("bhqm,bhmd->bhqd", q * jnp.exp(decay), state))
+        to_end = jnp.exp(decay[..., -1:, :] - decay)  # <= 1
+        state = state * jnp.exp(decay[..., -1, :])[..., None] + _sum_products("bhkm,bhkd->bhmd", k * to_end, x)
         return state, out
 
+    batch, length, heads, _ = phi_q.shape
     state = jnp.zeros((batch, heads, phi_k.shape[-1], values.shape[-1]), jnp.float32)
-    _, out = jax.lax.scan(step, state, tuple(map(chunked, (phi_q, phi_k, values, log_gate))))
+    _, out = jax.lax.scan(step, state, tuple(by_chunks(x, chunk) for x in (phi_q, phi_k, values, log_gate)))
+    return from_chunks(out, length)
+
+
+def by_chunks(x, chunk: int):
+    """[B, L, H, *] -> [n, B, H, C, *], the scans' layout: chunks of `chunk` positions first, the last one padded
+    with zeros (a padded key adds no term, and its log gate 0 decays nothing)."""
+    batch, length = x.shape[:2]
+    padding = -length % chunk
+    x = jnp.pad(x, ((0, 0), (0, padding)) + ((0, 0),) * (x.ndim - 2))
+    return jnp.moveaxis(x.reshape(batch, (length + padding) // chunk, chunk, *x.shape[2:]), (1, 3), (0, 2))
+
+
+def from_chunks(out, length: int):
+    """The inverse of `by_chunks` for a scan's outputs [n, B, H, C, d] -> [B, length, H, d]."""
+    num_chunks, batch, heads, chunk, _ = out.shape
     return jnp.moveaxis(out, (0, 2), (1, 3)).reshape(batch, num_chunks * chunk, heads, -1)[:, :length]
 
 
-def _gated_chunk(chunk_size: int, length: int) -> int:
+def gated_chunk(chunk_size: int, length: int) -> int:
+    """The chunk of the scans over `length` positions: `chunk_size`, or attention/chunking.py's for 0, at most
+    the length."""
     return min(chunk_size or chunking.chunk_size_for(jax.default_backend(), length), length)
+
+
+def forward_and_backward(scan, queries, key_rows, log_gate):
+    """Bidirectional attention along one axis from a causal `scan(queries, key_rows, log_gate, strict)` over
+    [B, L, H, *] arrays -> [B, Lq, H, d]: the forward scan (keys s <= t) plus the backward one (keys s > t,
+    decayed by the gates of t+1..s), the latter run on the reversed sequence. Query t sits at position t of the
+    keys' axis: queries and keys are padded to the longer side with zeros (`key_rows` must make a zero row a
+    padded key: no term, no decay), the padded queries dropped; a query beyond the last key is decayed by the
+    gates up to that key only."""
+    length = max(queries.shape[1], log_gate.shape[1])
+    padded = lambda x: jnp.pad(x, ((0, 0), (0, length - x.shape[1])) + ((0, 0),) * (x.ndim - 2))
+    flip = lambda x: x[:, ::-1]
+    rows, log_gate = [padded(x) for x in key_rows], padded(log_gate)
+    forward = scan(padded(queries), rows, log_gate, False)
+    backward = scan(flip(padded(queries)), [flip(x) for x in rows], reversed_gates(log_gate), True)
+    return (forward + flip(backward))[:, :queries.shape[1]]
+
+
+def reversed_gates(log_gate):
+    """The log gates [B, L, H, *] a scan over the reversed sequence applies so that key s > t reaches query t decayed
+    by the gates of t+1..s: reversed, those are the gates of the positions before each one's, hence shifted by
+    one, the first position's gate 1."""
+    return jnp.pad(log_gate[:, ::-1][:, :-1], ((0, 0), (1, 0)) + ((0, 0),) * (log_gate.ndim - 2))
 
 
 def gated_causal_linear_attention(phi_q, phi_k, v, log_gate, eps, chunk_size: int):
     """Causal gated linear attention: S_t = g_t S_{t-1} + phi(k_t) [v_t, 1]^T, o_t = phi(q_t) S_t normalised,
     in chunks of `chunk_size` positions (0: attention/chunking.py's) -> [B, L, H, Dv] in v's dtype."""
-    chunk = _gated_chunk(chunk_size, phi_q.shape[1])
+    chunk = gated_chunk(chunk_size, phi_q.shape[1])
     return _normalise(_decayed_sums(phi_q, phi_k, _with_ones(v), log_gate, chunk, strict=False), eps).astype(v.dtype)
 
 
@@ -249,31 +289,29 @@ def gated_bidirectional_linear_attention(phi_q, phi_k, v, log_gate, eps, chunk_s
     """Bidirectional gated linear attention -> [B, Lq, H, Dv] in v's dtype: a forward scan (keys s <= t) and a
     backward one (keys s > t, decayed by the gates of t+1..s), their sums added, numerators and normalisers
     alike. Query t sits at position t of the keys' axis (cross-attention included); a query beyond the last
-    key is decayed by the gates up to that key only."""
-    queries, length = phi_q.shape[1], max(phi_q.shape[1], phi_k.shape[1])
+    key is decayed by the gates up to that key only (`forward_and_backward`)."""
+    chunk = gated_chunk(chunk_size, max(phi_q.shape[1], phi_k.shape[1]))
 
-    def padded(x):  # to the longer side: padded keys add nothing and decay nothing, padded queries are dropped
-        return jnp.pad(x, ((0, 0), (0, length - x.shape[1])) + ((0, 0),) * (x.ndim - 2))
+    def scan(phi_q, key_rows, log_gate, strict):
+        return _decayed_sums(phi_q, *key_rows, log_gate, chunk, strict)
 
-    phi_q, phi_k, values, log_gate = map(padded, (phi_q, phi_k, _with_ones(v), log_gate))
-    chunk = _gated_chunk(chunk_size, length)
-    forward = _decayed_sums(phi_q, phi_k, values, log_gate, chunk, strict=False)
-    flip = lambda x: x[:, ::-1]
-    # Reversed, key s > t comes before query t, and the gates between them, those of t+1..s, are in reversed
-    # order those of the positions before each one's: shifted by one, the first position's gate 1.
-    reversed_gate = jnp.pad(flip(log_gate)[:, :-1], ((0, 0), (1, 0), (0, 0)))
-    backward = flip(_decayed_sums(flip(phi_q), flip(phi_k), flip(values), reversed_gate, chunk, strict=True))
-    return _normalise((forward + backward)[:, :queries], eps).astype(v.dtype)
+    numerators = forward_and_backward(scan, phi_q, (phi_k, _with_ones(v)), log_gate)
+    return _normalise(numerators, eps).astype(v.dtype)
 
 
 def decayed_scores(phi_q, phi_k, log_gate, positions, causal: bool):
     """The [B, H, Lq, Lk] float32 matrix the gated sums never form: phi(q_t).phi(k_s) times the product of the
-    gates between key s and query t (positions [Lq] on the keys' axis, log_gate [B, Lk, H]), 0 for s > t
-    where `causal`. From cumulative log gates over the whole sequence: exact enough for the analysed and
-    decoded lengths, not the O(L) path's chunk-local sums."""
-    cumulative = jnp.cumsum(log_gate.astype(jnp.float32), axis=1).transpose(0, 2, 1)  # [B, H, Lk]
-    at_query = cumulative[..., jnp.minimum(positions, log_gate.shape[1] - 1), None]  # [B, H, Lq, 1]
+    gates between key s and query t (positions [Lq] on the keys' axis, log_gate [B, Lk, H], or [B, Lk, H, m] per
+    key feature: each feature's product decayed by its own), 0 for s > t where `causal`. From cumulative log gates
+    over the whole sequence: exact enough for the analysed and decoded lengths, not the O(L) path's chunk-local
+    sums."""
+    per_feature = log_gate.ndim == phi_q.ndim
+    cumulative = jnp.moveaxis(jnp.cumsum(log_gate.astype(jnp.float32), axis=1), 1, 2)  # [B, H, Lk, *]
+    at_query = cumulative[:, :, jnp.minimum(positions, log_gate.shape[1] - 1)][:, :, :, None]  # [B, H, Lq, 1, *]
+    at_key = cumulative[:, :, None]  # [B, H, 1, Lk, *]
     later = jnp.arange(log_gate.shape[1])[None, :] > jnp.asarray(positions)[:, None]  # [Lq, Lk]
-    at_key = cumulative[..., None, :]
+    later = later[..., None] if per_feature else later
     log_decay = jnp.where(later, -jnp.inf if causal else at_key - at_query, at_query - at_key)
+    if per_feature:
+        return _sum_products("bqhm,bkhm,bhqkm->bhqk", phi_q, phi_k, jnp.exp(log_decay))
     return _sum_products("bqhm,bkhm->bhqk", phi_q, phi_k) * jnp.exp(log_decay)

@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention import aux_losses, feature_maps, kernel_sums, masks, option_checks
+from attention import aux_losses, feature_maps, kernel_sums, key_gates, masks, option_checks
 from attention.kernelized_base import KernelizedAttention
 from attention.registry import register
 from attention.score_base import dot_scores, masked_softmax
@@ -31,16 +31,16 @@ class LinearAttention(KernelizedAttention):
 
 @register("gated_linear")
 class GatedLinearAttention(KernelizedAttention):
-    """Linear attention (phi = elu + 1, as `linear`) with a data-dependent decay per head, a scalar gate as in
-    RetNet's decay made data-dependent or Mamba2's: causally S_t = g_t S_{t-1} + phi(k_t) v_t^T and
-    z_t = g_t z_{t-1} + phi(k_t), o_t = phi(q_t)^T S_t / (phi(q_t)^T z_t + eps). GLA's gate per key feature
-    (a diagonal decay of S's rows) is a later step.
+    """Linear attention (phi = elu + 1, as `linear`) with a data-dependent decay: with `gate="scalar"` one gate per
+    position and head, as RetNet's decay made data-dependent or Mamba2's: causally S_t = g_t S_{t-1} +
+    phi(k_t) v_t^T and z_t = g_t z_{t-1} + phi(k_t), o_t = phi(q_t)^T S_t / (phi(q_t)^T z_t + eps); with
+    `gate="per_feature"` one per key feature, as GLA's: S_t = diag(g_t) S_{t-1} + phi(k_t) v_t^T, z alike, so
+    feature f of every stored key decays by its own g_t[f].
 
-    g_t = sigmoid(k_t . w_h + b_h) in (0, 1). A kind sees q, k and v only, not the layer's input x_t, so the
-    gate is read from the key: it is the projection of x_t that enters the state, and the gate says how much
-    of the older state it keeps; a query-side gate would not exist on a cross-attention's keys' axis, whose
-    state the gate decays. w = 0 and b = 3 start every gate at sigmoid(3) = 0.95, near `linear`'s no decay.
-    A padded key adds no term and decays nothing (its gate is 1), so padding is as if it were absent.
+    g_t = sigmoid(k_t . w_h + b_h) in (0, 1), read from the key (attention/key_gates.py says why): w [H, d] and
+    b [H], or per feature w [H, m, d] and b [H, m] (GLA's own map is of low rank; this one is full). w = 0 and
+    b = 3 start every gate at sigmoid(3) = 0.95, near `linear`'s no decay. A padded key adds no term and decays
+    nothing (its gate is 1), so padding is as if it were absent.
 
     Bidirectionally (encoder roles, cross-attention) a forward and a backward scan are added, numerators and
     normalisers alike: key s reaches query t decayed by the gates between them in either direction, and query
@@ -49,29 +49,32 @@ class GatedLinearAttention(KernelizedAttention):
 
     The O(L) path is attention/kernel_sums.py's gated sums, one lax.scan over chunks differentiated by XLA's
     autodiff (no custom VJP, no Pallas kernels): `implementation` takes "auto" or "autodiff", the same path.
-    Decoding: a causal step decays S [B, H, m, Dv + 1] by its gate and adds its key, O(1) in the position;
+    Per feature, each chunk forms its C x C x m decays. Decoding: a causal step decays S [B, H, m, Dv + 1] (its
+    rows, per feature) by its gate and adds its key, O(1) in the position;
     cross-attention's memory holds the source's features, values and gates and a step forms its row of
     weights, O(Lk) as softmax's cache (a decay around the query's position has no single summed state)."""
 
     feature_dim_bounds_rank = False  # the decay matrix lifts it (see above)
     implementations = ("auto", "autodiff")  # one path (see above)
 
-    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, **base_options):
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, gate: str = "scalar", **base_options):
         super().__init__(**base_options)
+        option_checks.one_of("gate", gate, ("scalar", "per_feature"))
         self.feature_dim = head_dim
-        self.gate_weight = nnx.Param(jnp.zeros((num_heads, head_dim)))
-        self.gate_bias = nnx.Param(jnp.full((num_heads,), 3.0))
+        self.gate = gate
+        self.gate_weight, self.gate_bias = key_gates.parameters(
+            num_heads, head_dim, key_gates.DECAY_BIAS, self.feature_dim if gate == "per_feature" else None)
 
     def features(self, x):
         return feature_maps.elu_plus_one(x)
 
     def _keys(self, k, key_mask):
-        """(phi(k), log g [B, Lk, H] in float32) with padded keys' phi 0 and log gate 0."""
-        logit = jnp.einsum("blhd,hd->blh", feature_maps.in_float32(k), self.gate_weight[...]) + self.gate_bias[...]
-        phi_k, log_gate = self.features(k), jax.nn.log_sigmoid(logit)
+        """(phi(k), log g [B, Lk, H] or per feature [B, Lk, H, m], in float32) with padded keys' phi 0 and log
+        gate 0."""
+        phi_k, log_gate = self.features(k), key_gates.log_gate(k, self.gate_weight, self.gate_bias, key_mask)
         if key_mask is None:
             return phi_k, log_gate
-        return phi_k * key_mask[:, :, None, None].astype(phi_k.dtype), log_gate * key_mask[:, :, None]
+        return phi_k * key_mask[:, :, None, None].astype(phi_k.dtype), log_gate
 
     def weights(self, q, k, mask=None, *, causal=False):
         phi_k, log_gate = self._keys(k, masks.key_padding(mask, k.shape[0], k.shape[1]))
@@ -91,7 +94,9 @@ class GatedLinearAttention(KernelizedAttention):
 
     def decode_step(self, q, k, v, cache, index, max_len: int, key_valid):
         phi_k, log_gate = self._keys(k, key_valid[:, None])
-        state = cache["state"] * jnp.exp(log_gate)[:, 0, :, None, None] + kernel_sums.key_state(phi_k, v)
+        decay = jnp.exp(log_gate[:, 0])  # [B, H], or [B, H, m]: S's rows
+        decay = decay[..., None] if self.gate == "per_feature" else decay[..., None, None]
+        state = cache["state"] * decay + kernel_sums.key_state(phi_k, v)
         out = kernel_sums.attend_state(self.features(q), state, self.eps).astype(q.dtype)
         return out, {"state": state}
 

@@ -354,11 +354,14 @@ class KindContract:
         # decay (which would move every parameter), at half the compile time of the whole step's AdamW.
         optimizer = optax.chain(optax.scale_by_sign(), optax.scale(-config.learning_rate))
         graphdef, state = steps.init_state(translation.create_model(config, data), optimizer)
-        before = jax.tree.map(np.array, state["params"])
         train_step = steps.make_train_step(graphdef, optimizer, translation.metric_sums, jax.random.key(0))
+        # Compared at each step: a gradient whose sign flips between the steps moves a parameter back exactly.
+        changed = jax.tree.map(lambda _: False, state["params"])
         for step in range(2):
+            before = jax.tree.map(np.array, state["params"])
             state, metrics = train_step(state, pipeline.batch_at_step(data.train, 8, seed=0, step=step))
             assert np.isfinite(float(metrics["loss"])) and float(metrics["grad_norm"]) > 0
             assert bool(metrics["finite"])
-        changed = jax.tree.map(lambda a, b: not np.array_equal(a, b), before, jax.device_get(state["params"]))
+            changed = jax.tree.map(lambda moved, a, b: moved or not np.array_equal(a, b), changed, before,
+                                   jax.device_get(state["params"]))
         assert all(jax.tree.leaves(changed)), "every parameter (including kind-specific ones) gets updates"

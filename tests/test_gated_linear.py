@@ -1,7 +1,8 @@
 """gated_linear beyond the contract of tests/kind_harness.py: its chunked scan held to the recurrence it
 computes, written position by position (float64 numpy for outputs, jax.numpy for gradients), at chunk sizes
-that do and do not divide the length; decoding against the parallel form; a gate of 1 is `linear`; cross-attention
-of more or fewer queries than keys against the dense reference; no rank bound in eval.json."""
+that do and do not divide the length, with a scalar gate per head or one per key feature; decoding against the
+parallel form; a gate of 1 is `linear`; cross-attention of more or fewer queries than keys against the dense
+reference; no rank bound in eval.json."""
 import functools
 
 import jax
@@ -32,13 +33,16 @@ def _inputs(seed=0, lq=L, lk=L):
     return q, k, v, key_valid
 
 
-def _create(chunk_size=4, gate_weight=None, gate_bias=None):
+def _create(chunk_size=4, gate_weight=None, gate_bias=None, gate="scalar"):
+    """Per feature, the biases spread over [-0.5, 1] across heads and features."""
     module = attention.create("gated_linear", num_heads=H, head_dim=D, rngs=nnx.Rngs(0), chunk_size=chunk_size,
-                              eps=EPS)
+                              eps=EPS, gate=gate)
     rng = np.random.default_rng(7)
-    weight = rng.normal(size=(H, D)) if gate_weight is None else gate_weight
+    shape = module.gate_bias.shape
+    weight = rng.normal(size=module.gate_weight.shape) if gate_weight is None else gate_weight
+    bias = np.linspace(1.0, -0.5, np.prod(shape)).reshape(shape) if gate_bias is None else gate_bias
     module.gate_weight[...] = jnp.asarray(weight, jnp.float32)
-    module.gate_bias[...] = jnp.asarray([1.0, -0.5] if gate_bias is None else gate_bias, jnp.float32)
+    module.gate_bias[...] = jnp.asarray(bias, jnp.float32)
     return module
 
 
@@ -51,20 +55,23 @@ def _phi(xp, x):
 
 
 def _gates(xp, k, key_valid, weight, bias):
-    """g [B, L, H], 1 at padded keys."""
-    gate = 1 / (1 + xp.exp(-(xp.einsum("blhd,hd->blh", k, weight) + bias)))
-    return xp.where(key_valid[:, :, None], gate, 1.0)
+    """g [B, L, H], or [B, L, H, m] per key feature (weight [H, m, d]), 1 at padded keys."""
+    per_feature = weight.ndim == 3
+    logit = xp.einsum("blhd,hmd->blhm" if per_feature else "blhd,hd->blh", k, weight) + bias
+    valid = key_valid[:, :, None, None] if per_feature else key_valid[:, :, None]
+    return xp.where(valid, 1 / (1 + xp.exp(-logit)), 1.0)
 
 
 def _scan(xp, phi_q, phi_k, v, gate, strict=False):
-    """[B, L, H, Dv] numerators and [B, L, H] normalisers of S_t = g_t S_{t-1} + phi(k_t) v_t^T (z alike), read
-    by phi(q_t) after key t is added, or before it where `strict`; one position at a time."""
+    """[B, L, H, Dv] numerators and [B, L, H] normalisers of S_t = diag(g_t) S_{t-1} + phi(k_t) v_t^T (z alike),
+    g_t one gate per feature or the same for all, read by phi(q_t) after key t is added, or before it where
+    `strict`; one position at a time."""
     batch, _, heads, features = phi_k.shape
     state, norm = xp.zeros((batch, heads, features, v.shape[-1])), xp.zeros((batch, heads, features))
     numerators, normalisers = [], []
     for t in range(phi_q.shape[1]):
-        g = gate[:, t, :]
-        state, norm = g[..., None, None] * state, g[..., None] * norm
+        g = gate[:, t] if gate.ndim == 4 else gate[:, t, :, None]  # [B, H, m or 1]
+        state, norm = g[..., None] * state, g * norm
         if strict:
             numerators.append(xp.einsum("bhm,bhmd->bhd", phi_q[:, t], state))
             normalisers.append(xp.einsum("bhm,bhm->bh", phi_q[:, t], norm))
@@ -99,16 +106,18 @@ def _f32(*arrays):
 
 
 @functools.cache
-def _attend(chunk_size, causal):
-    module = _create(chunk_size)
+def _attend(chunk_size, causal, gate="scalar"):
+    module = _create(chunk_size, gate=gate)
     return module, jax.jit(lambda q, k, v, mask: module(q, k, v, mask, causal=causal))
 
 
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
-@pytest.mark.parametrize("chunk_size", [1, 4, 16, 0])  # none divides 19; 16 leaves a chunk of 3; 0: the table's
-def test_chunked_scan_equals_the_recurrence(chunk_size, causal):
+@pytest.mark.parametrize("chunk_size, gate", [(1, "scalar"), (4, "scalar"), (16, "scalar"), (0, "scalar"),
+                                              (1, "per_feature"), (4, "per_feature")])
+def test_chunked_scan_equals_the_recurrence(chunk_size, gate, causal):
+    """Chunks of 1, 4 and 16 (none divides 19; 16 leaves a chunk of 3) and 0 (the table's)."""
     q, k, v, key_valid = _inputs()
-    module, attend = _attend(chunk_size, causal)
+    module, attend = _attend(chunk_size, causal, gate)
     want = recurrence(np, q, k, v, key_valid, *_params(module), causal)
     got = attend(*_f32(q, k, v), _mask(key_valid))
     np.testing.assert_allclose(got, want, atol=2e-5, rtol=2e-5)
@@ -134,12 +143,13 @@ def test_a_long_sequence_of_strong_decay_stays_exact():
     np.testing.assert_allclose(got, want, atol=2e-5, rtol=2e-5)
 
 
+@pytest.mark.parametrize("gate", ["scalar", "per_feature"])
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
-def test_gradients_equal_the_recurrences(causal):
+def test_gradients_equal_the_recurrences(causal, gate):
     """jax.grad through the chunked scan (chunks of 4, padded keys) against jax.grad of the position-by-position
     recurrence in jax.numpy, for q, k, v and the gate's parameters."""
     q, k, v, key_valid = _inputs(seed=1)
-    module = _create(4)
+    module = _create(4, gate=gate)
     graphdef, params, rest = nnx.split(module, nnx.Param, ...)
     cotangent = jnp.asarray(np.random.default_rng(2).normal(size=(B, L, H, D)), jnp.float32)
 
@@ -158,12 +168,13 @@ def test_gradients_equal_the_recurrences(causal):
         assert np.abs(np.asarray(w)).max() > 1e-3, name  # a gradient that is there to get wrong
 
 
-def test_decoding_equals_the_parallel_form():
+@pytest.mark.parametrize("gate", ["scalar", "per_feature"])
+def test_decoding_equals_the_parallel_form(gate):
     """Causal steps (a padded key mid-sequence) equal the causal call's rows, and cross-attention steps of a
     7-position decoder over a padded 11-position source equal the bidirectional call over it."""
     q, k, v, key_valid = _inputs(seed=4)
     qc, kc, vc, source_valid = _inputs(seed=5, lq=7, lk=11)
-    module = _create(4)
+    module = _create(4, gate=gate)
     q, k, v, qc, kc, vc = _f32(q, k, v, qc, kc, vc)
 
     @jax.jit
@@ -194,6 +205,25 @@ def test_a_gate_of_one_is_the_linear_kind(causal):
     linear = attention.create("linear", num_heads=H, head_dim=D, rngs=nnx.Rngs(0), chunk_size=4, eps=EPS)
     np.testing.assert_allclose(gated(q, k, v, mask, causal=causal), linear(q, k, v, mask, causal=causal),
                                atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_a_gate_per_feature_alike_across_features_is_the_scalar_gate(causal):
+    """w[h, f] = w[h] and b[h, f] = b[h] for every feature f: outputs and weights are the scalar gate's; and the
+    per-feature weights times v are its output where the features' gates differ."""
+    q, k, v, key_valid = _f32(*_inputs(seed=13))
+    mask = _mask(np.asarray(key_valid, bool))
+    scalar = _create(4)
+    weight, bias = _params(scalar)
+    alike = _create(4, np.broadcast_to(weight[:, None], (H, D, D)), np.broadcast_to(bias[:, None], (H, D)),
+                    gate="per_feature")
+    for name, got, want in [("output", alike(q, k, v, mask, causal=causal), scalar(q, k, v, mask, causal=causal)),
+                            ("weights", alike.weights(q, k, mask, causal=causal),
+                             scalar.weights(q, k, mask, causal=causal))]:
+        np.testing.assert_allclose(got, want, atol=1e-6, rtol=1e-5, err_msg=name)
+    per_feature = _create(4, gate="per_feature")
+    np.testing.assert_allclose(np.einsum("bhqk,bkhd->bqhd", per_feature.weights(q, k, mask, causal=causal), v),
+                               per_feature(q, k, v, mask, causal=causal), atol=2e-6, rtol=1e-5)
 
 
 def test_initial_gates_are_near_one():

@@ -52,7 +52,7 @@ def test_every_registered_kind_has_a_dense_reference(kind):
 # Base options first, then options of one kind; chunk_size 1.5: an integer option takes integers only.
 BAD_VALUES = [("dropout_rate", 1.0), ("dropout_rate", -0.1), ("eps", 0.0), ("eps", -1e-6), ("chunk_size", -1),
               ("chunk_size", 1.5), ("num_features", 0), ("redraw_every_steps", -1), ("distill_weight", -0.5),
-              ("hedgehog_logit_scale", 0.0)]
+              ("hedgehog_logit_scale", 0.0), ("gate", "vector")]
 
 
 @pytest.mark.parametrize("option, value", BAD_VALUES)

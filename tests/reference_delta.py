@@ -1,0 +1,79 @@
+"""The delta rule's kinds written as their sequential recurrence, one position at a time, in numpy or jax.numpy
+(xp), in the papers' convention S [Dv, m]; and their dense references for the contract of tests/kind_harness.py:
+the recurrence run on the identity's columns as values (v_s = e_s), whose output at t is row t of A in o = A v."""
+import numpy as np
+
+from kind_harness import dense_reference
+
+EPS = 1e-6
+OPTIONS = {"chunk_size": 5, "eps": EPS}  # chunks of 5 do not divide the contract's 13 positions
+
+
+def unit(xp, x):
+    return x / xp.sqrt((x * x).sum(-1, keepdims=True) + EPS)
+
+
+def sigmoid(xp, x):
+    return 1 / (1 + xp.exp(-x))
+
+
+def _scan(xp, q, k, v, beta, gate, strict):
+    """S_t = g_t S_{t-1} (I - beta_t k_t k_t^T) + beta_t v_t k_t^T, read as S_t q_t, or where `strict` as
+    g_t S_{t-1} q_t (key t not yet written); [B, L, H, *] inputs, gate and beta [B, L, H]."""
+    batch, length, heads, features = k.shape
+    identity = np.eye(features)
+    state = xp.zeros((batch, heads, v.shape[-1], features))
+    outputs = []
+    for t in range(length):
+        decayed = gate[:, t, :, None, None] * state
+        if strict:
+            outputs.append(xp.einsum("bhdm,bhm->bhd", decayed, q[:, t]))
+        b = beta[:, t, :, None, None]
+        erase = identity - b * xp.einsum("bhm,bhn->bhmn", k[:, t], k[:, t])
+        state = xp.einsum("bhdm,bhmn->bhdn", decayed, erase) + b * xp.einsum("bhd,bhm->bhdm", v[:, t], k[:, t])
+        if not strict:
+            outputs.append(xp.einsum("bhdm,bhm->bhd", state, q[:, t]))
+    return xp.stack(outputs, 1)
+
+
+def recurrence(xp, q, k, v, key_valid, beta_weight, beta_bias, gate_weight=None, gate_bias=None, causal=True):
+    """The kind's output [B, Lq, H, Dv] from raw q [B, Lq, H, m], k [B, Lk, H, m], v [B, Lk, H, Dv], key_valid
+    [B, Lk]: unit q and k, beta (and the gate, where given) read from the raw key, a padded key's beta 0 and gate 1.
+    Bidirectionally, query t at position t of the keys' axis (both padded to the longer side with absent keys):
+    the forward recurrence plus a strict one over the reversed sequence, in which each position applies the gate
+    of the (unreversed) position after it, so that key s > t is decayed by the gates of t+1..s."""
+    queries, length = q.shape[1], max(q.shape[1], k.shape[1])
+    pad = lambda x: xp.concatenate([x, xp.zeros((x.shape[0], length - x.shape[1]) + x.shape[2:])], axis=1)
+    q, k, v = pad(q), pad(k), pad(v)
+    key_valid = np.concatenate([key_valid, np.zeros((key_valid.shape[0], length - key_valid.shape[1]), bool)], 1)
+    valid = key_valid[:, :, None]
+    beta = xp.where(valid, sigmoid(xp, xp.einsum("blhd,hd->blh", k, beta_weight) + beta_bias), 0.0)
+    gate = xp.ones(beta.shape) if gate_weight is None else xp.where(
+        valid, sigmoid(xp, xp.einsum("blhd,hd->blh", k, gate_weight) + gate_bias), 1.0)
+    q, k = unit(xp, q), unit(xp, k) * valid[..., None]
+    out = _scan(xp, q, k, v, beta, gate, strict=False)
+    if not causal:
+        next_gate = xp.concatenate([gate[:, 1:], xp.ones_like(gate[:, :1])], axis=1)
+        flip = lambda x: x[:, ::-1]
+        out = out + flip(_scan(xp, flip(q), flip(k), flip(v), flip(beta), flip(next_gate), strict=True))
+    return out[:, :queries]
+
+
+def weights(xp, q, k, allowed, arrays):
+    """A [B, H, Lq, Lk] from the bidirectional recurrence on the identity's columns, times `allowed`: a causal
+    mask keeps exactly the forward recurrence's part (keys s <= t)."""
+    batch, lk, heads, _ = k.shape
+    key_valid = np.asarray(allowed[:, 0, -1, :], bool)  # the last query's row: every allowed key, causal or not
+    identity = xp.broadcast_to(xp.asarray(np.eye(lk))[None, :, None, :], (batch, lk, heads, lk))
+    rows = recurrence(xp, q, k, identity, key_valid, causal=False, **arrays)
+    return rows.transpose(0, 2, 1, 3) * allowed
+
+
+@dense_reference("delta", **OPTIONS)
+def delta(xp, q, k, allowed, arrays):
+    return weights(xp, q, k, allowed, arrays)
+
+
+@dense_reference("gated_delta", **OPTIONS)
+def gated_delta(xp, q, k, allowed, arrays):
+    return weights(xp, q, k, allowed, arrays)
