@@ -139,6 +139,31 @@ def test_a_run_is_not_shortened_below_its_latest_checkpoint(finished, copy):
     assert not os.path.exists(os.path.join(copy, "eval.json"))
 
 
+def _tree(workdir: str) -> dict[str, bytes]:
+    """Every file under `workdir` but the lock (which holds the PID of the last process)."""
+    contents = {}
+    for parent, _, names in os.walk(workdir):
+        for name in set(names) - {locks.LOCK_FILE}:
+            path = os.path.join(parent, name)
+            with open(path, "rb") as f:
+                contents[os.path.relpath(path, workdir)] = f.read()
+    return contents
+
+
+def test_checkpoints_without_their_config_json_are_not_resumed_under_another_config(finished, copy):
+    os.remove(os.path.join(copy, CONFIG_FILE))
+    config = finished[0].copy_and_resolve_references()
+    config.learning_rate, config.num_train_steps = config.learning_rate * 10, 9
+    before = _tree(copy)
+    with pytest.raises(WorkdirError) as refused:
+        loop.train_and_evaluate(config, copy)
+    assert str(refused.value) == (
+        f"{copy}/config.json: missing, but {copy}/checkpoints holds step 6: the config these checkpoints trained "
+        f"is unknown, so they are not resumed under this one; restore config.json (a finished run's eval.json "
+        f"holds it under \"config\"), or train in a new --workdir")
+    assert _tree(copy) == before
+
+
 def test_ctrl_c_in_the_final_evaluation_says_the_step_and_how_to_resume(finished, copy, monkeypatch, capsys):
     def interrupted(*args):
         raise KeyboardInterrupt

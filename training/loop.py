@@ -221,7 +221,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
 def _train(config, workdir: str) -> dict:
     """train_and_evaluate once the config is checked and the workdir is this process's."""
     task, data, model, graphdef, state, shardings, mesh, runtime = _prepare(config, workdir)
-    checkpoints = Checkpoints(os.path.join(workdir, "checkpoints"))
+    checkpoints = Checkpoints(os.path.join(workdir, workdirs.CHECKPOINTS_DIR))
     start_step, state, metadata = _restore(checkpoints, state, workdir, config.num_train_steps)
     atomic.write_text(os.path.join(workdir, workdirs.CONFIG_FILE),
                       json.dumps({**workdirs.config_record(config), "runtime": runtime}, indent=1))
@@ -281,7 +281,7 @@ def evaluate(config, workdir: str) -> dict:
     that another process trains (or evaluates) is refused: its checkpoints are being rotated."""
     validate.validate(config)
     workdirs.check_eval_config(config, workdir)
-    directory = os.path.join(workdir, "checkpoints")
+    directory = os.path.join(workdir, workdirs.CHECKPOINTS_DIR)
     if not os.path.exists(directory):  # checked first: eval.py leaves a workdir without checkpoints as it is
         raise workdirs.WorkdirError(f"{directory}: no checkpoint; train first")
     with locks.held(workdir, "eval.py"):

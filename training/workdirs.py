@@ -4,6 +4,7 @@ import json
 import os
 
 CONFIG_FILE = "config.json"
+CHECKPOINTS_DIR = "checkpoints"
 # Fields a restart may change when it names them (or their block) in config.resume_with_changes: how
 # long the run trains, what it logs and how it is evaluated, where it runs (per_device_batch_size: to keep
 # the global batch on another number of devices); never the model, the data, the optimiser or the seed.
@@ -92,10 +93,26 @@ def check_path(workdir: str) -> None:
                            f"makes it)")
 
 
+def checkpoint_steps(workdir: str) -> list[int]:
+    """The steps of the workdir's checkpoints as Orbax names them (a directory per step), read without Orbax."""
+    try:
+        names = os.listdir(os.path.join(workdir, CHECKPOINTS_DIR))
+    except OSError:
+        return []
+    return sorted(int(name) for name in names if name.isdigit())
+
+
 def check_restart(config, workdir: str) -> None:
     """Refuses to train `config` in a workdir that another config trained, unless every differing field
-    is named in config.resume_with_changes (and changeable)."""
+    is named in config.resume_with_changes (and changeable); and a workdir whose checkpoints lost their
+    config.json, whose config is then unknown."""
     if (stored := stored_config(workdir)) is None:
+        if steps := checkpoint_steps(workdir):
+            raise WorkdirError(
+                f"{os.path.join(workdir, CONFIG_FILE)}: missing, but {os.path.join(workdir, CHECKPOINTS_DIR)} holds "
+                f"step {steps[-1]}: the config these checkpoints trained is unknown, so they are not resumed under "
+                f"this one; restore config.json (a finished run's eval.json holds it under \"config\"), or train "
+                f"in a new --workdir")
         return
     named = changes_named(config)
     refused = {field: values for field, values in differences(stored, config).items()
