@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from tasks import translation
-from training import atomic, locks, loop
+from training import atomic, locks, loop, workdirs
 from training.checkpoints import CheckpointError, Checkpoints
 from training.metrics import METRICS_FILE, MetricsWriter, read_metrics
 from training.workdirs import CONFIG_FILE, WorkdirError
@@ -185,6 +185,28 @@ def test_paths_that_cannot_be_workdirs_are_one_line(finished, tmp_path):
             entry(config, str(file))
     with pytest.raises(CheckpointError, match="a file, not a directory of checkpoints"):
         Checkpoints(str(file))
+
+
+def test_a_workdir_past_the_filesystems_limits_is_one_line_before_anything_is_written(finished, tmp_path):
+    config = finished[0]
+    name_max, path_max = os.pathconf(tmp_path, "PC_NAME_MAX"), os.pathconf(tmp_path, "PC_PATH_MAX")
+    long_name = str(tmp_path / ("n" * (name_max + 1)) / "run")
+    # Shorter than PATH_MAX itself (it could be made), too long for a checkpoint's files under it.
+    parts, rest = divmod(path_max - 60 - len(str(tmp_path)), 100)
+    deep = str(tmp_path.joinpath(*["d" * 99] * parts, "e" * max(rest - 1, 1)))
+    assert path_max - workdirs.LONGEST_INSIDE < len(deep) < path_max - 50
+    for entry in (loop.train_and_evaluate, loop.evaluate):
+        with pytest.raises(WorkdirError) as refused:
+            entry(config, long_name)
+        assert str(refused.value) == (f"--workdir={long_name[:40]}...{long_name[-40:]}: a name in it is "
+                                      f"{name_max + 1} bytes long, over the filesystem's limit of {name_max} "
+                                      f"(NAME_MAX); name a shorter workdir")
+        with pytest.raises(WorkdirError) as refused:
+            entry(config, deep)
+        assert str(refused.value) == (f"--workdir={deep[:40]}...{deep[-40:]}: {len(deep)} bytes long as an absolute "
+                                      f"path; with the 160 a run's files add under it, it would pass the "
+                                      f"filesystem's limit of {path_max} (PATH_MAX); name a shorter workdir")
+    assert os.listdir(tmp_path) == []
 
 
 def test_disk_errors_are_found_inside_the_errors_that_wrap_them():
