@@ -73,7 +73,7 @@ def test_a_full_disk_during_a_restart_leaves_config_and_metrics_byte_identical(f
                              env=env, capture_output=True, text=True, timeout=300)
     assert process.returncode == 2, process.stdout + process.stderr
     lines = process.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"error: {os.path.join(copy, CONFIG_FILE)}: File too large"), \
+    assert len(lines) == 1 and lines[0].startswith(f"error: {os.path.join(copy, METRICS_FILE)}: File too large"), \
         process.stderr
     assert "are as they were" in lines[0] and "rerun the same command" in lines[0]
     assert _contents(copy, CONFIG_FILE, METRICS_FILE) == before
@@ -127,6 +127,21 @@ def test_a_second_process_on_the_workdir_is_refused_naming_the_pid(finished, cop
         holder.kill()
         holder.wait()
     assert locks.holder(copy) is None  # the kernel let go of the lock with the process
+
+
+def test_a_restart_that_w_and_b_refuses_leaves_config_and_metrics_as_they_were(finished, copy, monkeypatch):
+    """W&B starts after the restart's other checks and before config.json and metrics.jsonl are rewritten."""
+    shutil.rmtree(os.path.join(copy, "checkpoints", "6"))  # resumed at step 3: metrics.jsonl would lose lines
+    config = finished[0].copy_and_resolve_references()
+    config.num_train_steps, config.resume_with_changes = 9, "num_train_steps"
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    def refused(*args):
+        raise WorkdirError("W&B refused the run")
+    monkeypatch.setattr(MetricsWriter, "_start_wandb", staticmethod(refused))
+    before = _contents(copy, CONFIG_FILE, METRICS_FILE)
+    with pytest.raises(WorkdirError, match="W&B refused the run"):
+        loop.train_and_evaluate(config, copy)
+    assert _contents(copy, CONFIG_FILE, METRICS_FILE) == before
 
 
 def test_a_run_is_not_shortened_below_its_latest_checkpoint(finished, copy):

@@ -223,9 +223,9 @@ def _train(config, workdir: str) -> dict:
     task, data, model, graphdef, state, shardings, mesh, runtime = _prepare(config, workdir)
     checkpoints = Checkpoints(os.path.join(workdir, workdirs.CHECKPOINTS_DIR))
     start_step, state, metadata = _restore(checkpoints, state, workdir, config.num_train_steps)
+    writer = _metrics_writer(task, config, workdir, start_step)  # W&B may refuse the run: config.json waits
     atomic.write_text(os.path.join(workdir, workdirs.CONFIG_FILE),
                       json.dumps({**workdirs.config_record(config), "runtime": runtime}, indent=1))
-    writer = _metrics_writer(task, config, workdir, start_step)
     train_step, eval_step = _steps(task, config, graphdef, shardings)
     batch_size = sharding.global_batch_size(config.per_device_batch_size)
     started, total = time.time(), config.num_train_steps
@@ -288,6 +288,24 @@ def evaluate(config, workdir: str) -> dict:
         return _evaluate_latest(config, workdir, directory)
 
 
+def _evaluation_dir(workdir: str, step: int) -> str:
+    """Where eval.py writes the evaluation of the checkpoint at `step` (eval.json, spectra.json, plots/): the
+    workdir, unless its eval.json is of a later step, whose checkpoint no longer restores: then
+    eval_step<step>/ beside it, so that an older model's numbers never replace a later one's."""
+    path = os.path.join(workdir, evaluation.EVAL_FILE)
+    try:
+        later = workdirs.read_json(path).get("step", step) if os.path.exists(path) else step
+    except workdirs.WorkdirError:  # a cut eval.json holds no result to keep
+        later = step
+    if not isinstance(later, int) or later <= step:
+        return workdir
+    directory = os.path.join(workdir, f"eval_step{step}")
+    os.makedirs(directory, exist_ok=True)
+    print(f"warning: {path} is of step {later}, later than the checkpoint at step {step} that restores; this "
+          f"evaluation goes to {directory}, and eval.json stays as it is", flush=True)
+    return directory
+
+
 def _evaluate_latest(config, workdir: str, directory: str) -> dict:
     task = tasks.get(config.task)
     checkpoints = Checkpoints(directory)
@@ -302,7 +320,7 @@ def _evaluate_latest(config, workdir: str, directory: str) -> dict:
     checkpoints.close()
     nnx.update(model, state["params"], state["rest"])
     try:
-        return task.evaluate_model(config, workdir, model, data, step)
+        return task.evaluate_model(config, _evaluation_dir(workdir, step), model, data, step)
     except KeyboardInterrupt:
         print(f"interrupted while evaluating the checkpoint at step {step}: eval.json is as it was; rerun "
               f"eval.py to evaluate it", flush=True)
