@@ -71,8 +71,8 @@ DATA_POLL_S = 1.0  # how often the first job's workdir is looked at for its conf
 
 
 def _data_prepared(workdir: str, since: float) -> bool:
-    """Whether train.py in `workdir` has prepared its data since `since`: it writes config.json right after
-    (training/loop.py), not before; an older config.json is an earlier attempt's."""
+    """Whether train.py in `workdir` has prepared its data since `since`: it writes config.json after that
+    and its other checks (training/loop.py), not before; an older config.json is an earlier attempt's."""
     path = os.path.join(workdir, CONFIG_FILE)
     # A second of slack: some filesystems keep modification times to the second.
     return os.path.exists(path) and os.path.getmtime(path) >= since - 1.0
