@@ -39,12 +39,19 @@ def _max_cudnn_head_dim() -> int:
     return 256 if float(capability) >= 9.0 else 128
 
 
+def platform_unsupported() -> str | None:
+    """Why cuDNN's flash attention cannot run on this process's devices whatever the inputs, or None."""
+    if not _on_nvidia_gpu():
+        return f"it needs an NVIDIA GPU; this process runs on {jax.devices()[0].platform}"
+    return None
+
+
 def cudnn_unsupported(q, v, mask, causal_narrowed: bool) -> str | None:
     """Why cuDNN's flash attention cannot run q [B, Lq, H, D] over v with `mask`, or None if it can.
 
     `causal_narrowed`: the kind allows fewer keys than the mask and the causal flag say (a window)."""
-    if not _on_nvidia_gpu():
-        return f"it needs an NVIDIA GPU; this process runs on {jax.devices()[0].platform}"
+    if reason := platform_unsupported():
+        return reason
     if q.dtype not in CUDNN_DTYPES:
         return f"it needs bfloat16 or float16 inputs, got {q.dtype} (config.compute_dtype)"
     if q.shape[-1] != v.shape[-1]:

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 from attention import chunked_sums, chunking, linear_pallas, masks
 
 IMPLEMENTATIONS = ("auto", "xla", "pallas", "autodiff")
+_said_interpreted = set()  # the platforms where "pallas" has said that it runs in interpret mode
 
 
 def _with_ones(v):
@@ -167,6 +168,10 @@ def _by_kernels(implementation: str, platform: str, feature_dim: int, value_dim:
     interpreted = platform != "gpu" and not linear_pallas.UNAVAILABLE
     if implementation == "pallas" and reason is not None and not interpreted:
         raise ValueError(f"attention.implementation='pallas' cannot run here: {reason}")
+    if implementation == "pallas" and interpreted and platform not in _said_interpreted:
+        _said_interpreted.add(platform)  # once per process: every trace of every layer passes here
+        print(f"warning: attention.implementation='pallas' on {platform}: the Pallas kernels run in interpret mode "
+              f"(as XLA operations, far slower than 'xla'; for tests); 'auto' takes XLA's sums here", flush=True)
     return reason is None or (implementation == "pallas" and interpreted)
 
 

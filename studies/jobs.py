@@ -15,6 +15,8 @@ from training.workdirs import CONFIG_FILE, WorkdirError, read_json
 
 ROOT = paths.REPOSITORY
 Job = tuple[str, list[str], str]  # (label, train.py command, workdir) of one (run, seed)
+_started: set[int] = set()  # the PIDs of the train.py processes this study started: a workdir's lock that
+                            # names another was held by another process (trained_elsewhere)
 
 
 def train_command(study: Study, run: Run, seed: int, workdir: str, group: str, extra: list[str]) -> list[str]:
@@ -53,6 +55,8 @@ def train(command: list[str], workdir: str, env: dict[str, str] | None) -> bool:
     os.makedirs(workdir, exist_ok=True)
     with open(os.path.join(workdir, "train.log"), "a") as log:
         process = children.start(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+        if process is not None:
+            _started.add(process.pid)
         return process is not None and children.wait(process) == 0
 
 
@@ -67,8 +71,8 @@ DATA_POLL_S = 1.0  # how often the first job's workdir is looked at for its conf
 
 
 def _data_prepared(workdir: str, since: float) -> bool:
-    """Whether train.py in `workdir` has prepared its data since `since`: it writes config.json right after
-    (training/loop.py), not before; an older config.json is an earlier attempt's."""
+    """Whether train.py in `workdir` has prepared its data since `since`: it writes config.json after that
+    and its other checks (training/loop.py), not before; an older config.json is an earlier attempt's."""
     path = os.path.join(workdir, CONFIG_FILE)
     # A second of slack: some filesystems keep modification times to the second.
     return os.path.exists(path) and os.path.getmtime(path) >= since - 1.0
@@ -119,13 +123,24 @@ def job_environments(workers: int | None) -> list[dict | None]:
     return devices.job_environments(info, workers)
 
 
+def trained_elsewhere(workdir: str) -> str | None:
+    """Why a job that did not succeed is another process's, said after "trained by another process": that
+    process holds the workdir now, or held it last (this study's train.py was refused, never holding it);
+    None where this study's own train.py held it last, or nobody did: a failure."""
+    if (holder := locks.holder(workdir)) is not None:
+        return f"{holder} holds {workdir}; rerun once it ends to report it"
+    if (pid := locks.last_holder_pid(workdir)) is None or pid in _started:
+        return None
+    return f"process {pid} {'finished' if is_finished(workdir) else 'held'} {workdir}"
+
+
 def _in_use(jobs: list[Job]) -> list[Job]:
-    """The jobs whose workdir another process holds (a train.py left running): never trained beside it."""
+    """The jobs whose workdir another process holds: never trained beside it."""
     held = []
     for job in jobs:
         if (holder := locks.holder(job[2])) is not None:
-            print(f"{job[0]}: {job[2]} is in use by {holder}; not trained beside it (wait for it to end, or "
-                  f"stop it, then rerun)", flush=True)
+            print(f"{job[0]}: trained by another process ({holder} holds {job[2]}); not trained beside it: rerun "
+                  f"once it ends to report it", flush=True)
             held.append(job)
     return held
 
@@ -133,14 +148,16 @@ def _in_use(jobs: list[Job]) -> list[Job]:
 def run_jobs(jobs: list[Job], workers: int | None) -> list[str]:
     """Trains the unfinished jobs, `workers` at a time (None: `job_environments`' default), printing a
     progress line as each ends (and one for each job finished earlier, skipped); returns the labels of the
-    jobs that failed or whose workdir another process holds. SIGTERM or SIGINT stops every training process
-    (each checkpoints its step) and then this one, with the status of that signal."""
+    jobs that failed. A job whose workdir another process trains (it holds the workdir's lock, before or
+    when this one's train.py starts: two studies started at once) is said to be trained by another process,
+    not failed. SIGTERM or SIGINT stops every training process (each checkpoints its step) and then this
+    one, with the status of that signal."""
     skipped = [job for job in jobs if is_finished(job[2])]
     held = _in_use([job for job in jobs if job not in skipped])
     pending = [job for job in jobs if job not in skipped and job not in held]
     for index, (label, _, _) in enumerate(skipped, 1):
         print(f"[{index}/{len(jobs)}] {label}: finished earlier, skipped", flush=True)
-    failed = [label for label, _, _ in held]
+    failed = []
     try:
         environments = job_environments(workers) if pending else [None]
     except ValueError as error:
@@ -148,8 +165,10 @@ def run_jobs(jobs: list[Job], workers: int | None) -> list[str]:
     with children.ended_on_exit():
         for index, (label, workdir, ok, seconds) in enumerate(train_all(pending, environments),
                                                               len(skipped) + len(held) + 1):
-            status = "done" if ok else f"FAILED (see {os.path.join(workdir, 'train.log')})"
+            elsewhere = None if ok else trained_elsewhere(workdir)
+            status = ("done" if ok else f"trained by another process ({elsewhere})" if elsewhere
+                      else f"FAILED (see {os.path.join(workdir, 'train.log')})")
             print(f"[{index}/{len(jobs)}] {label}: {status} in {seconds:.0f}s", flush=True)
-            if not ok:
+            if not (ok or elsewhere):
                 failed.append(label)
     return failed

@@ -23,13 +23,20 @@ ATTENTION_HEAD = 0  # the head of every run that the study's attention_maps.png 
 
 def part_runs(runs: list[Run], part: str) -> list[Run]:
     """Part "k/n" of `runs`: the k-th of n consecutive slices about equal in runs; all of them for an empty
-    `part`."""
+    `part`. Each of n <= len(runs) parts has a run; a part of more parts than runs may have none, an error
+    (the study is split wrong) rather than a part that trains nothing in silence."""
     if not part:
         return runs
-    index, count = (int(number) for number in part.split("/"))
-    if not 1 <= index <= count:
-        raise ValueError(f"--part={part}: k/n with 1 <= k <= n")
-    return runs[round((index - 1) * len(runs) / count):round(index * len(runs) / count)]
+    index, _, count = part.partition("/")
+    if not (index.isdigit() and count.isdigit() and 1 <= int(index) <= int(count)):
+        raise ValueError(f"--part={part}: not of the form k/n, the k-th of n parts with 1 <= k <= n (e.g. "
+                         f"--part=1/4)")
+    index, count = int(index), int(count)
+    selected = runs[round((index - 1) * len(runs) / count):round(index * len(runs) / count)]
+    if not selected:
+        raise ValueError(f"--part={part}: this part has no runs: the study has {len(runs)} runs (after any --only), "
+                         f"fewer than its {count} parts; split it into at most {len(runs)} parts")
+    return selected
 
 
 def select_runs(study: Study, only: str, part: str = "") -> list[Run]:
@@ -80,13 +87,28 @@ def run_record(seed_workdirs: list[str]) -> dict | None:
                        for workdir in finished]}
 
 
+def study_command(task: str, preset: str) -> str:
+    return f"python -m scripts.compare --task={task} --preset={preset}"
+
+
+def read_study_file(path: str, task: str, preset: str) -> dict:
+    """A study's own JSON file beside its report (runs.json, results.json); StudyError naming it and how to
+    rebuild it where it does not read (a copy cut short)."""
+    try:
+        return read_json(path)
+    except WorkdirError as error:
+        raise StudyError(f"{error}; restore it (git checkout -- {path}, where it is committed), or move it away "
+                         f"and rebuild it where the study's workdirs are: `{study_command(task, preset)}` (and "
+                         f"each part's --part) reads the finished runs again instead of training them") from None
+
+
 def recorded_runs(workdirs: dict[str, list[str]], picks: dict[str, dict], out_dir: str,
-                  study: Study) -> dict[str, dict]:
+                  study: Study, task: str, preset: str) -> dict[str, dict]:
     """Run name -> its record (`run_record`, with its `pick_record` under "pick" where the study picks), for
     every run of the study that finished here or that runs.json in `out_dir` recorded (an earlier part's); a
     run finished here replaces its recorded one. Writes the union back to runs.json."""
     path = os.path.join(out_dir, RUNS_JSON)
-    recorded = read_json(path) if os.path.exists(path) else {}
+    recorded = read_study_file(path, task, preset) if os.path.exists(path) else {}
     local = {name: {**record, **({"pick": picks[name]} if name in picks else {})}
              for name, seed_workdirs in workdirs.items() if (record := run_record(seed_workdirs))}
     merged = {run.name: local.get(run.name) or recorded.get(run.name) for run in study.runs}
@@ -188,13 +210,17 @@ def rewrite_report(task: str, preset: str, reports_dir: str) -> str:
     where it exists (spectra, curves and picks too), else results.json (the runs' results only: a report
     whose plots need the spectra cannot be rewritten from it). Keeps the command that produced it."""
     out_dir = report_dir(reports_dir, task, preset)
+    if not os.path.exists(os.path.join(out_dir, "report.md")):
+        raise StudyError(f"{out_dir}: no report.md: the study {task}/{preset} has not reported there; run it "
+                         f"first ({study_command(task, preset)}), or name its --reports_dir")
     command = _recorded_command(out_dir)
     if os.path.exists(os.path.join(out_dir, RUNS_JSON)):
-        _write_report(task, preset, command, read_json(os.path.join(out_dir, RUNS_JSON)), out_dir)
+        _write_report(task, preset, command, read_study_file(os.path.join(out_dir, RUNS_JSON), task, preset),
+                      out_dir)
         return os.path.join(out_dir, "report.md")
     if os.path.exists(os.path.join(out_dir, report.SPECTRA_PLOT)):
         raise StudyError(f"{out_dir} has no {RUNS_JSON}: its {report.SPECTRA_PLOT} needs the runs' spectra")
-    results = read_json(os.path.join(out_dir, report.RESULTS_JSON))
+    results = read_study_file(os.path.join(out_dir, report.RESULTS_JSON), task, preset)
     study = get_study(task, preset)
     # A study's notes describe its runs: a report of runs it no longer has (renamed since) goes without them.
     notes = study.notes if set(results) <= {run.name for run in study.runs} else ""
@@ -232,12 +258,14 @@ def run_study(task: str, preset: str, options, extra: list[str], command: str) -
     # Absolute: train.py runs in the repository root, while relative flags mean the caller's directory.
     runs_dir = os.path.abspath(options.runs_dir)
     out_dir = report_dir(options.reports_dir, task, preset)
+    if os.path.exists(runs_json := os.path.join(out_dir, RUNS_JSON)):
+        read_study_file(runs_json, task, preset)  # named before hours of training, not after
     try:  # a workdir's config.json or eval.json that does not read names itself
         chosen, picks = (_picked(task, preset, study, runs, runs_dir, extra, options.jobs) if study.pick
                          else (runs, {}))
         workdirs = {run.name: [run_workdir(runs_dir, task, preset, run, seed) for seed in seeds] for run in chosen}
         failed = run_jobs(_jobs(study, chosen, seeds, workdirs, study_name(task, preset), extra), options.jobs)
-        records = recorded_runs(workdirs, picks, out_dir, study)
+        records = recorded_runs(workdirs, picks, out_dir, study, task, preset)
     except WorkdirError as error:
         raise StudyError(str(error)) from None
     failed += [f"{run.name} (every candidate of the pick)" for run in runs if study.pick and run.name not in picks]

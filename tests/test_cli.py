@@ -63,12 +63,31 @@ def _files(workdir: str) -> dict[str, bytes]:
      "error: config.dataset.train_file='/tmp/x.tsv' is read only when dataset.name='files' (it is 'scan'); "
      "add --config.dataset.name=files, or leave train_file out"),
     (["--config.learning_rate=fast"], "error: flag --config.learning_rate=fast: "),
+    (["--config.attention.implementation=cudnn"],  # refused before the first step compiles, not by it
+     "error: config.attention.implementation='cudnn' (kind 'softmax') cannot run here: it needs an NVIDIA GPU; "
+     "this process runs on cpu; use 'auto' (it takes what runs here) or 'xla'"),
 ])
 def test_a_bad_config_is_one_line_and_creates_no_workdir(tmp_path, flags, line):
     workdir = tmp_path / "run"
     error = _one_error_line(_run("train.py", f"--workdir={workdir}", *flags))
     assert error.startswith(line), error
     assert not workdir.exists()
+
+
+@pytest.mark.parametrize("body, overrides, what", [
+    ('def get_config():\n    return {"task": "translation"}\n', [],
+     "get_config() returned a dict, not an ml_collections ConfigDict; "),
+    ('def get_config():\n    return {"seed": 0}\n', ["--config.seed=1"],
+     "get_config() returned a dict, not an ml_collections ConfigDict; "),
+    ("SEED = 0\n", [], "defines no get_config(); "),
+])
+def test_a_config_files_own_mistake_is_named_with_the_file(tmp_path, body, overrides, what):
+    config_file = tmp_path / "my_config.py"
+    config_file.write_text(body)
+    for script in ("train.py", "eval.py"):
+        error = _one_error_line(_run(script, f"--config={config_file}", f"--workdir={tmp_path / 'run'}", *overrides))
+        assert error.startswith(f"error: {config_file}: {what}"), error
+    assert not (tmp_path / "run").exists()
 
 
 def test_the_default_config_and_the_datasets_are_the_repositorys_from_any_directory(tmp_path, monkeypatch):

@@ -366,8 +366,61 @@ def test_parts_cover_the_runs_once_in_about_equal_slices():
     parts = [runner.part_runs(study.runs, f"{k}/4") for k in (1, 2, 3, 4)]
     assert [run for part in parts for run in part] == study.runs
     assert all(abs(len(part) - len(study.runs) / 4) <= 1 for part in parts)
-    with pytest.raises(ValueError, match="1 <= k <= n"):
-        runner.part_runs(study.runs, "4/3")
+    for part in ("4/3", "0/4", "x", "1/2/3", "-1/4"):
+        with pytest.raises(ValueError, match=f"^--part={part}: not of the form k/n, the k-th of n parts with 1 <= k <= n"):
+            runner.part_runs(study.runs, part)
+
+
+def test_a_part_without_runs_is_an_error_with_the_studys_size(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(jobs, "train", FakeTrain())
+    with pytest.raises(SystemExit) as exit:  # two runs in three parts: runs [0:0.67], [0.67:1.33], [1.33:2]
+        _main(tmp_path, "--only=softmax,linear", "--part=2/3")
+    assert exit.value.code == 2 and capsys.readouterr().err == (
+        "error: --part=2/3: this part has no runs: the study has 2 runs (after any --only), fewer than its 3 "
+        "parts; split it into at most 2 parts\n")
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "reports").exists()
+
+
+def _rewrite(tmp_path, capsys, task="mlm") -> str:
+    """The one error line of --rewrite_report of (task, quick) in tmp_path/reports; status 2."""
+    with pytest.raises(SystemExit) as exit:
+        compare.main([f"--task={task}", "--rewrite_report", f"--reports_dir={tmp_path / 'reports'}"])
+    error = capsys.readouterr().err
+    assert exit.value.code == 2 and error.count("\n") == 1, error
+    return error
+
+
+def test_a_rewrite_of_a_study_that_never_reported_says_so(tmp_path, capsys):
+    assert _rewrite(tmp_path, capsys) == (
+        f"error: {tmp_path / 'reports' / 'mlm'}: no report.md: the study mlm/quick has not reported there; run it "
+        f"first (python -m scripts.compare --task=mlm --preset=quick), or name its --reports_dir\n")
+
+
+@pytest.mark.parametrize("cut", [runner.RUNS_JSON, report.RESULTS_JSON])
+def test_a_cut_study_file_is_named_with_the_command_that_rebuilds_it(tmp_path, monkeypatch, capsys, cut):
+    monkeypatch.setattr(jobs, "train", FakeTrain())
+    _main(tmp_path, "--only=softmax")
+    out = tmp_path / "reports" / "mlm"
+    if cut == report.RESULTS_JSON:  # read only where there is no runs.json, and without spectra to plot
+        (out / runner.RUNS_JSON).unlink()
+        (out / report.SPECTRA_PLOT).unlink()
+    text = (out / cut).read_text()
+    (out / cut).write_text(text[: len(text) // 2])
+    capsys.readouterr()
+    rebuild = (f"; restore it (git checkout -- {out / cut}, where it is committed), or move it away and rebuild it "
+               f"where the study's workdirs are: `python -m scripts.compare --task=mlm --preset=quick` (and each "
+               f"part's --part) reads the finished runs again instead of training them\n")
+    error = _rewrite(tmp_path, capsys)
+    assert error.startswith(f"error: {out / cut}: not readable as JSON (") and error.endswith(rebuild), error
+    if cut == runner.RUNS_JSON:  # the study itself names it before it trains anything
+        monkeypatch.setattr(jobs, "train", lambda *args: pytest.fail("trained beside a cut runs.json"))
+        with pytest.raises(SystemExit):
+            _main(tmp_path, "--only=linear")
+        assert capsys.readouterr().err.endswith(rebuild)
+    (out / cut).unlink()  # moved away: the study's command rebuilds it from the finished workdirs
+    monkeypatch.setattr(jobs, "train", FakeTrain())
+    _main(tmp_path, "--only=softmax")
+    assert json.loads((out / cut).read_text())
 
 
 RANK_BOUNDS = {"linear": 32, "performer_m32": 32, "performer_m128": 128, "performer_m512": 512, "taylor": 561,

@@ -143,7 +143,8 @@ def test_a_latest_checkpoint_that_does_not_restore_falls_back_to_the_older_one(s
     _assert_same_state(workdir, reference, 20)
 
 
-def test_eval_py_falls_back_past_a_latest_checkpoint_that_does_not_restore(straight, tmp_path, monkeypatch):
+def test_eval_py_falls_back_past_a_latest_checkpoint_that_does_not_restore_and_writes_beside_a_later_eval_json(
+        straight, tmp_path, monkeypatch, capsys):
     config, reference = straight
     workdir = str(tmp_path / "run")
     shutil.copytree(reference, workdir)
@@ -151,10 +152,21 @@ def test_eval_py_falls_back_past_a_latest_checkpoint_that_does_not_restore(strai
     evaluated = {}
     def capture(task, config, workdir, model, data, step):
         evaluated.update(step=step, params=nnx.state(model, nnx.Param))
-        return {"metrics": {}, "rank": []}
+        with open(os.path.join(workdir, "eval.json"), "w") as f:
+            json.dump({"step": step}, f)
+        return {"step": step}
     monkeypatch.setattr(evaluation, "evaluate_and_write", capture)
+    later = os.path.join(workdir, "eval.json")
+    with open(later, "w") as f:
+        json.dump({"step": 20}, f)  # the finished run's, of the checkpoint that no longer restores
     loop.evaluate(config, workdir)
     assert evaluated["step"] == 14
+    with open(later) as f:
+        assert json.load(f) == {"step": 20}
+    with open(os.path.join(workdir, "eval_step14", "eval.json")) as f:
+        assert json.load(f)["step"] == 14
+    assert (f"warning: {later} is of step 20, later than the checkpoint at step 14 that restores; this evaluation "
+            f"goes to {workdir}/eval_step14, and eval.json stays as it is") in capsys.readouterr().out
     saved = ocp.StandardCheckpointer().restore(os.path.join(reference, "checkpoints", "14", "state"))["params"]
     def by_path(tree):  # Orbax restores list indices as strings, and a Variable as {"value": array}
         names = lambda path: tuple(str(getattr(key, "key", getattr(key, "idx", key))) for key in path)

@@ -99,6 +99,19 @@ def test_pallas_kernels_equal_the_xla_path(kind, growth, reference, monkeypatch)
     _compare(kind, "sequential", monkeypatch, length=13, chunk_size=4, growth=growth, paths=("pallas", reference))
 
 
+@pytest.mark.skipif(jax.default_backend() == "gpu", reason="interpret mode is the kernels' path off a GPU")
+def test_an_explicit_pallas_off_a_gpu_says_once_that_it_runs_in_interpret_mode(monkeypatch, capsys):
+    monkeypatch.setattr(kernel_sums, "_said_interpreted", set())
+    phi = jnp.ones((1, 8, 1, 4))
+    for _ in range(3):  # as the train step, the eval step and each layer trace it
+        kernel_sums.causal_linear_attention(phi, phi, phi, 1e-6, 4, implementation="pallas")
+    assert capsys.readouterr().out == (
+        f"warning: attention.implementation='pallas' on {jax.default_backend()}: the Pallas kernels run in "
+        f"interpret mode (as XLA operations, far slower than 'xla'; for tests); 'auto' takes XLA's sums here\n")
+    kernel_sums.causal_linear_attention(phi, phi, phi, 1e-6, 4, implementation="auto")
+    assert capsys.readouterr().out == ""
+
+
 def _abstract_h100():
     """An abstract mesh of one H100: Pallas's Triton lowering reads the GPU's compute capability from it where
     no GPU is attached (jax 0.11 refuses to lower without one: "No supported GPU devices found")."""

@@ -61,5 +61,33 @@ def test_a_workdir_held_by_another_process_is_not_trained(tmp_path, monkeypatch,
     held, free = str(tmp_path / "held"), str(tmp_path / "free")
     with locks.held(held, "train.py"):
         failed = jobs.run_jobs([("a seed0", ["train"], held), ("b seed0", ["train"], free)], workers=1)
-    assert failed[0] == "a seed0" and started == [free]  # b fails too: the fake train writes no eval.json
-    assert f"a seed0: {held} is in use by process {os.getpid()} (train.py)" in capsys.readouterr().out
+    assert failed == ["b seed0"] and started == [free]  # b fails: the fake train writes no eval.json
+    assert (f"a seed0: trained by another process (process {os.getpid()} (train.py) holds {held}); not trained "
+            f"beside it: rerun once it ends to report it") in capsys.readouterr().out
+
+
+def _finished_by_another_process(command, workdir, env) -> bool:
+    """This study's train.py refused (status 2: the lock is taken) while another study's, here this test's
+    process, trains the workdir to its end."""
+    with locks.held(workdir, "train.py"):
+        for name, content in (("config.json", '{"num_train_steps": 10}'), ("eval.json", '{"step": 10}')):
+            with open(os.path.join(workdir, name), "w") as f:
+                f.write(content)
+    return False
+
+
+def test_a_workdir_another_study_trained_at_the_same_time_is_reported_as_such_not_failed(tmp_path, monkeypatch,
+                                                                                        capsys):
+    monkeypatch.setattr(jobs, "train", _finished_by_another_process)
+    workdir = str(tmp_path / "a")
+    assert jobs.run_jobs([("a seed0", ["train"], workdir)], workers=1) == []
+    assert (f"[1/1] a seed0: trained by another process (process {os.getpid()} finished {workdir}) in "
+            in capsys.readouterr().out)
+
+
+def test_a_train_py_of_the_study_that_held_the_workdir_and_failed_is_a_failure(tmp_path, capsys):
+    workdir = str(tmp_path / "a")
+    crash = [sys.executable, "-c", "import sys\nfrom training import locks\n"
+             f"with locks.held({workdir!r}, 'train.py'):\n    sys.exit(1)"]
+    assert jobs.run_jobs([("a seed0", crash, workdir)], workers=1) == ["a seed0"]
+    assert f"[1/1] a seed0: FAILED (see {workdir}/train.log)" in capsys.readouterr().out

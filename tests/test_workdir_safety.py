@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from tasks import translation
-from training import atomic, evaluation, locks, loop
+from training import atomic, evaluation, locks, loop, workdirs
 from training.checkpoints import CheckpointError, Checkpoints
 from training.metrics import METRICS_FILE, MetricsWriter, read_metrics
 from training.workdirs import CONFIG_FILE, WorkdirError
@@ -73,7 +73,7 @@ def test_a_full_disk_during_a_restart_leaves_config_and_metrics_byte_identical(f
                              env=env, capture_output=True, text=True, timeout=300)
     assert process.returncode == 2, process.stdout + process.stderr
     lines = process.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"error: {os.path.join(copy, CONFIG_FILE)}: File too large"), \
+    assert len(lines) == 1 and lines[0].startswith(f"error: {os.path.join(copy, METRICS_FILE)}: File too large"), \
         process.stderr
     assert "are as they were" in lines[0] and "rerun the same command" in lines[0]
     assert _contents(copy, CONFIG_FILE, METRICS_FILE) == before
@@ -129,6 +129,21 @@ def test_a_second_process_on_the_workdir_is_refused_naming_the_pid(finished, cop
     assert locks.holder(copy) is None  # the kernel let go of the lock with the process
 
 
+def test_a_restart_that_w_and_b_refuses_leaves_config_and_metrics_as_they_were(finished, copy, monkeypatch):
+    """W&B starts after the restart's other checks and before config.json and metrics.jsonl are rewritten."""
+    shutil.rmtree(os.path.join(copy, "checkpoints", "6"))  # resumed at step 3: metrics.jsonl would lose lines
+    config = finished[0].copy_and_resolve_references()
+    config.num_train_steps, config.resume_with_changes = 9, "num_train_steps"
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    def refused(*args):
+        raise WorkdirError("W&B refused the run")
+    monkeypatch.setattr(MetricsWriter, "_start_wandb", staticmethod(refused))
+    before = _contents(copy, CONFIG_FILE, METRICS_FILE)
+    with pytest.raises(WorkdirError, match="W&B refused the run"):
+        loop.train_and_evaluate(config, copy)
+    assert _contents(copy, CONFIG_FILE, METRICS_FILE) == before
+
+
 def test_a_run_is_not_shortened_below_its_latest_checkpoint(finished, copy):
     config = finished[0].copy_and_resolve_references()
     config.num_train_steps, config.resume_with_changes = 4, "num_train_steps"
@@ -137,6 +152,31 @@ def test_a_run_is_not_shortened_below_its_latest_checkpoint(finished, copy):
         loop.train_and_evaluate(config, copy)
     assert _contents(copy, CONFIG_FILE, METRICS_FILE) == before
     assert not os.path.exists(os.path.join(copy, "eval.json"))
+
+
+def _tree(workdir: str) -> dict[str, bytes]:
+    """Every file under `workdir` but the lock (which holds the PID of the last process)."""
+    contents = {}
+    for parent, _, names in os.walk(workdir):
+        for name in set(names) - {locks.LOCK_FILE}:
+            path = os.path.join(parent, name)
+            with open(path, "rb") as f:
+                contents[os.path.relpath(path, workdir)] = f.read()
+    return contents
+
+
+def test_checkpoints_without_their_config_json_are_not_resumed_under_another_config(finished, copy):
+    os.remove(os.path.join(copy, CONFIG_FILE))
+    config = finished[0].copy_and_resolve_references()
+    config.learning_rate, config.num_train_steps = config.learning_rate * 10, 9
+    before = _tree(copy)
+    with pytest.raises(WorkdirError) as refused:
+        loop.train_and_evaluate(config, copy)
+    assert str(refused.value) == (
+        f"{copy}/config.json: missing, but {copy}/checkpoints holds step 6: the config these checkpoints trained "
+        f"is unknown, so they are not resumed under this one; restore config.json (a finished run's eval.json "
+        f"holds it under \"config\"), or train in a new --workdir")
+    assert _tree(copy) == before
 
 
 def test_ctrl_c_in_the_final_evaluation_says_the_step_and_how_to_resume(finished, copy, monkeypatch, capsys):
@@ -160,6 +200,28 @@ def test_paths_that_cannot_be_workdirs_are_one_line(finished, tmp_path):
             entry(config, str(file))
     with pytest.raises(CheckpointError, match="a file, not a directory of checkpoints"):
         Checkpoints(str(file))
+
+
+def test_a_workdir_past_the_filesystems_limits_is_one_line_before_anything_is_written(finished, tmp_path):
+    config = finished[0]
+    name_max, path_max = os.pathconf(tmp_path, "PC_NAME_MAX"), os.pathconf(tmp_path, "PC_PATH_MAX")
+    long_name = str(tmp_path / ("n" * (name_max + 1)) / "run")
+    # Shorter than PATH_MAX itself (it could be made), too long for a checkpoint's files under it.
+    parts, rest = divmod(path_max - 60 - len(str(tmp_path)), 100)
+    deep = str(tmp_path.joinpath(*["d" * 99] * parts, "e" * max(rest - 1, 1)))
+    assert path_max - workdirs.LONGEST_INSIDE < len(deep) < path_max - 50
+    for entry in (loop.train_and_evaluate, loop.evaluate):
+        with pytest.raises(WorkdirError) as refused:
+            entry(config, long_name)
+        assert str(refused.value) == (f"--workdir={long_name[:40]}...{long_name[-40:]}: a name in it is "
+                                      f"{name_max + 1} bytes long, over the filesystem's limit of {name_max} "
+                                      f"(NAME_MAX); name a shorter workdir")
+        with pytest.raises(WorkdirError) as refused:
+            entry(config, deep)
+        assert str(refused.value) == (f"--workdir={deep[:40]}...{deep[-40:]}: {len(deep)} bytes long as an absolute "
+                                      f"path; with the 160 a run's files add under it, it would pass the "
+                                      f"filesystem's limit of {path_max} (PATH_MAX); name a shorter workdir")
+    assert os.listdir(tmp_path) == []
 
 
 def test_disk_errors_are_found_inside_the_errors_that_wrap_them():

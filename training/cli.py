@@ -10,6 +10,7 @@ import re
 import sys
 import textwrap
 
+import ml_collections
 from absl import app, flags
 
 from data.files import DataFileError
@@ -49,13 +50,39 @@ def _flag_value(argv, name: str) -> str | None:
     return None
 
 
+def _not_a_config(path: str, config) -> ConfigError:
+    return ConfigError(f"{path}: get_config() returned a {type(config).__name__}, not an ml_collections "
+                       f"ConfigDict; build it as the files in configs/ do (configs/common.py's base_config)")
+
+
 def _load_config(spec: str):
-    """The ConfigDict of `file[:arg]`, loaded as config_flags loads it."""
+    """The ConfigDict of `file[:arg]`, loaded as config_flags loads it; ConfigError naming the file where it
+    has no get_config or its get_config returns something else."""
     path, _, arg = spec.partition(":")
     module_spec = importlib.util.spec_from_file_location("config_of_the_error", path)
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
-    return module.get_config(arg or None) if arg else module.get_config()
+    if not callable(getattr(module, "get_config", None)):
+        raise ConfigError(f"{path}: defines no get_config(); a config file's get_config(arg) returns its "
+                          f"ConfigDict, as the files in configs/ do")
+    config = module.get_config(arg or None) if arg else module.get_config()
+    if not isinstance(config, ml_collections.ConfigDict):
+        raise _not_a_config(path, config)
+    return config
+
+
+def _config_file_problem(spec: str | None) -> str | None:
+    """The config file's own mistake (no get_config, or one returning no ConfigDict), named with the file;
+    None when it has none of these (or fails otherwise: config_flags' message then says how)."""
+    if not spec:
+        return None
+    try:
+        _load_config(spec)
+    except ConfigError as error:
+        return str(error)
+    except Exception:  # noqa: BLE001 - the config's other errors are reported as config_flags words them
+        return None
+    return None
 
 
 def _fields(tree, prefix: str = "") -> list[str]:
@@ -102,11 +129,16 @@ def _flags_parser(default_config: str | None):
         if (spec := _flag_value(argv, "config")) and not os.path.isfile(path := spec.partition(":")[0]):
             fail(f"--config={spec}: {path}: no such config file; the configs are in configs/")
         try:
-            return flags.FLAGS(argv)
+            parsed = flags.FLAGS(argv)
         except Exception as error:  # noqa: BLE001 - any of them is a mistake in the flags
             if _debugging(argv):
                 raise
-            fail(_unknown_field(argv, default_config) or _last_line(error))
+            spec = _flag_value(argv, "config") or default_config
+            fail(_config_file_problem(spec) or _unknown_field(argv, default_config) or _last_line(error))
+        config = flags.FLAGS["config"].value
+        if not isinstance(config, ml_collections.ConfigDict):  # config_flags takes any object get_config returns
+            fail(str(_not_a_config(_flag_value(argv, "config").partition(":")[0], config)))
+        return parsed
     return parse
 
 

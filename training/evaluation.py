@@ -16,6 +16,7 @@ from models import CAUSAL_ROLES
 from training import atomic, devices, model_config, sharding, workdirs
 from training.steps import make_eval_step
 
+EVAL_FILE = "eval.json"  # the final evaluation, in the workdir
 ATTENTION_EXAMPLE = "attention_example.npz"  # under plots/: the weights of attention.png
 QUERY_TOKENS, KEY_TOKENS = ".query_tokens", ".key_tokens"  # an array's name in it: role + suffix
 
@@ -185,14 +186,15 @@ class TaskEvaluation:
 
 
 def evaluate_and_write(task, config, workdir: str, model, data, step: int) -> dict:
-    """The final evaluation of `model` at `step` by `task`, written to the workdir's eval.json and returned:
-    the keys every task's eval.json has (step, task, split, num_examples, attention, metrics, state, config,
-    runtime) around the task's own extras (docs/design.md holds the schema)."""
+    """The final evaluation of `model` at `step` by `task`, written to eval.json in `workdir` (the run's, or
+    the folder of an earlier step's evaluation beside it) and returned: the keys every task's eval.json has
+    (step, task, split, num_examples, attention, metrics, state, config, runtime) around the task's own
+    extras (docs/design.md holds the schema)."""
     measured = task.evaluate_model(config, workdir, model, data)
     result = {"step": int(step), "task": task.NAME, "split": measured.split,
               "num_examples": int(measured.num_examples),
               "attention": model_config.role_kinds(config, task.roles(config)), "metrics": measured.metrics,
               **measured.extras, "state": attention_state(model, measured.keys_attended),
               "config": workdirs.config_record(config), "runtime": devices.runtime()}
-    atomic.write_text(os.path.join(workdir, "eval.json"), json.dumps(result, indent=1))
+    atomic.write_text(os.path.join(workdir, EVAL_FILE), json.dumps(result, indent=1))
     return result

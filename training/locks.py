@@ -20,6 +20,16 @@ def _holder_text(fd: int) -> str:
     return f"process {words[0]} ({' '.join(words[1:]) or 'unknown command'})" if words else "another process"
 
 
+def last_holder_pid(workdir: str) -> int | None:
+    """The PID of the last process that held the workdir's lock (held or not now); None without one."""
+    try:
+        with open(os.path.join(workdir, LOCK_FILE), "rb") as f:
+            first = f.read(200).split(maxsplit=1)
+    except OSError:
+        return None
+    return int(first[0]) if first and first[0].isdigit() else None
+
+
 def holder(workdir: str) -> str | None:
     """'process <pid> (<command>)' of the process that holds the workdir's lock; None when none does."""
     try:

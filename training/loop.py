@@ -221,11 +221,11 @@ def train_and_evaluate(config, workdir: str) -> dict:
 def _train(config, workdir: str) -> dict:
     """train_and_evaluate once the config is checked and the workdir is this process's."""
     task, data, model, graphdef, state, shardings, mesh, runtime = _prepare(config, workdir)
-    checkpoints = Checkpoints(os.path.join(workdir, "checkpoints"))
+    checkpoints = Checkpoints(os.path.join(workdir, workdirs.CHECKPOINTS_DIR))
     start_step, state, metadata = _restore(checkpoints, state, workdir, config.num_train_steps)
+    writer = _metrics_writer(task, config, workdir, start_step)  # W&B may refuse the run: config.json waits
     atomic.write_text(os.path.join(workdir, workdirs.CONFIG_FILE),
                       json.dumps({**workdirs.config_record(config), "runtime": runtime}, indent=1))
-    writer = _metrics_writer(task, config, workdir, start_step)
     train_step, eval_step = _steps(task, config, graphdef, shardings)
     batch_size = sharding.global_batch_size(config.per_device_batch_size)
     started, total = time.time(), config.num_train_steps
@@ -281,11 +281,29 @@ def evaluate(config, workdir: str) -> dict:
     that another process trains (or evaluates) is refused: its checkpoints are being rotated."""
     validate.validate(config)
     workdirs.check_eval_config(config, workdir)
-    directory = os.path.join(workdir, "checkpoints")
+    directory = os.path.join(workdir, workdirs.CHECKPOINTS_DIR)
     if not os.path.exists(directory):  # checked first: eval.py leaves a workdir without checkpoints as it is
         raise workdirs.WorkdirError(f"{directory}: no checkpoint; train first")
     with locks.held(workdir, "eval.py"):
         return _evaluate_latest(config, workdir, directory)
+
+
+def _evaluation_dir(workdir: str, step: int) -> str:
+    """Where eval.py writes the evaluation of the checkpoint at `step` (eval.json, spectra.json, plots/): the
+    workdir, unless its eval.json is of a later step, whose checkpoint no longer restores: then
+    eval_step<step>/ beside it, so that an older model's numbers never replace a later one's."""
+    path = os.path.join(workdir, evaluation.EVAL_FILE)
+    try:
+        later = workdirs.read_json(path).get("step", step) if os.path.exists(path) else step
+    except workdirs.WorkdirError:  # a cut eval.json holds no result to keep
+        later = step
+    if not isinstance(later, int) or later <= step:
+        return workdir
+    directory = os.path.join(workdir, f"eval_step{step}")
+    os.makedirs(directory, exist_ok=True)
+    print(f"warning: {path} is of step {later}, later than the checkpoint at step {step} that restores; this "
+          f"evaluation goes to {directory}, and eval.json stays as it is", flush=True)
+    return directory
 
 
 def _evaluate_latest(config, workdir: str, directory: str) -> dict:
@@ -302,7 +320,7 @@ def _evaluate_latest(config, workdir: str, directory: str) -> dict:
     checkpoints.close()
     nnx.update(model, state["params"], state["rest"])
     try:
-        return evaluation.evaluate_and_write(task, config, workdir, model, data, step)
+        return evaluation.evaluate_and_write(task, config, _evaluation_dir(workdir, step), model, data, step)
     except KeyboardInterrupt:
         print(f"interrupted while evaluating the checkpoint at step {step}: eval.json is as it was; rerun "
               f"eval.py to evaluate it", flush=True)

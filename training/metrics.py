@@ -135,23 +135,24 @@ class MetricsWriter:
     def __init__(self, workdir: str, config, resume_step: int, kinds: tuple[str, ...] = ()):
         """`kinds`: the attention kinds of the run's model, its W&B tags with the task."""
         self.path = os.path.join(workdir, METRICS_FILE)
-        self._truncate_after(workdir, resume_step)
+        kept = self._kept_until(workdir, resume_step)  # read (a damaged file refused) before W&B starts,
         self.run = self._start_wandb(workdir, config, kinds) if wandb_mode(config) != "disabled" else None
+        if kept is not None:  # written after it: a run that W&B refuses leaves metrics.jsonl as it was
+            atomic.write_text(self.path, kept)
         # A new event file per start; TensorBoard hides what earlier files hold from purge_step on, as
-        # _truncate_after drops those lines. The suffix keeps two starts within a second (the file's name is
+        # the rewrite above drops those lines. The suffix keeps two starts within a second (the file's name is
         # the second it opened) from overwriting one another.
         self.events = tensorboardX.SummaryWriter(workdir, purge_step=resume_step + 1,
                                                  filename_suffix=f".{secrets.token_hex(4)}")
 
-    def _truncate_after(self, workdir: str, step: int) -> None:
+    def _kept_until(self, workdir: str, step: int) -> str | None:
+        """metrics.jsonl without its lines after `step`; None where it has none to drop (or no file)."""
         if not os.path.exists(self.path):
-            return
+            return None
         kept = [record for record in read_metrics(workdir) if record["step"] <= step]
         text = "".join(json.dumps(record) + "\n" for record in kept)
         with open(self.path, encoding="utf-8", errors="replace") as f:
-            if f.read() == text:  # nothing to drop: the file stays as it is
-                return
-        atomic.write_text(self.path, text)
+            return None if f.read() == text else text
 
     @staticmethod
     def _start_wandb(workdir: str, config, kinds: tuple[str, ...]):

@@ -6,6 +6,7 @@ from flax import nnx
 
 import attention
 import tasks
+from attention import fused, linear_pallas
 from models import CAUSAL_ROLES, ROLES
 from training import model_config, profiling, sharding, steps, workdirs
 from training.config_checks import ConfigError, check_int, check_number, choice
@@ -60,6 +61,15 @@ def _build_kind(config, kind: str, options: dict) -> None:
     attention.create(kind, num_heads=config.model.num_heads, head_dim=head_dim, rngs=nnx.Rngs(0), **options)
 
 
+def _check_implementation_here(kind: str, implementation: str | None) -> None:
+    """An explicit implementation that cannot run on this process's devices whatever the shapes, refused here
+    rather than when the first step compiles (a workdir already written)."""
+    reasons = {"cudnn": fused.platform_unsupported, "pallas": lambda: linear_pallas.UNAVAILABLE or None}
+    if implementation in reasons and (reason := reasons[implementation]()):
+        raise ConfigError(f"config.attention.implementation={implementation!r} (kind {kind!r}) cannot run here: "
+                          f"{reason}; use 'auto' (it takes what runs here) or 'xla'")
+
+
 def _check_unread_option(config, option: str, value) -> None:
     """An option that no kind in use reads must still be a value some kind that takes it accepts."""
     first_refusal = ""
@@ -82,6 +92,7 @@ def _check_kind_options(config, task) -> None:
             _build_kind(config, kind, options)
         except ValueError as error:
             raise ConfigError(f"config.attention options for kind {kind!r}: {error}") from None
+        _check_implementation_here(kind, options.get("implementation"))
     read = {option for options in in_use.values() for option in options}
     for option, default in attention.option_defaults().items():
         if option not in read and config.attention.get(option, default) != default:

@@ -4,6 +4,10 @@ import json
 import os
 
 CONFIG_FILE = "config.json"
+CHECKPOINTS_DIR = "checkpoints"
+# The bytes a run's longest path adds to its workdir's, with room: an Orbax checkpoint's data file while it
+# is written, checkpoints/<step>.orbax-checkpoint-tmp-<time>/state/ocdbt.process_<i>/d/<32 hex digits>.
+LONGEST_INSIDE = 160
 # Fields a restart may change when it names them (or their block) in config.resume_with_changes: how
 # long the run trains, what it logs and how it is evaluated, where it runs (per_device_batch_size: to keep
 # the global batch on another number of devices); never the model, the data, the optimiser or the seed.
@@ -83,19 +87,68 @@ def _listed(changed: dict) -> str:
     return ", ".join(f"{field} {old!r} -> {new!r}" for field, (old, new) in changed.items())
 
 
+def _shortened(path: str, keep: int = 40) -> str:
+    return path if len(path) <= 2 * keep + 3 else f"{path[:keep]}...{path[-keep:]}"
+
+
+def _limits(path: str) -> tuple[int, int] | None:
+    """(NAME_MAX, PATH_MAX) of the filesystem that would hold `path` (its nearest existing parent's); None
+    where the system does not say."""
+    existing = path
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    try:
+        return os.pathconf(existing, "PC_NAME_MAX"), os.pathconf(existing, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        return None
+
+
+def _check_length(workdir: str) -> None:
+    """Refuses a workdir whose own name, or the files a run writes in it, would pass the filesystem's limits:
+    the checkpoint store would fail in its background threads, after the run has started."""
+    path = os.path.abspath(workdir)
+    if (limits := _limits(path)) is None:
+        return
+    name_max, path_max = limits
+    if long_names := [name for name in path.split(os.sep) if len(name.encode()) > name_max]:
+        raise WorkdirError(f"--workdir={_shortened(workdir)}: a name in it is {len(long_names[0].encode())} bytes "
+                           f"long, over the filesystem's limit of {name_max} (NAME_MAX); name a shorter workdir")
+    if len(path.encode()) + LONGEST_INSIDE > path_max:
+        raise WorkdirError(f"--workdir={_shortened(workdir)}: {len(path.encode())} bytes long as an absolute path; "
+                           f"with the {LONGEST_INSIDE} a run's files add under it, it would pass the "
+                           f"filesystem's limit of {path_max} (PATH_MAX); name a shorter workdir")
+
+
 def check_path(workdir: str) -> None:
-    """Refuses a --workdir that names no directory it could be: empty, or a file."""
+    """Refuses a --workdir that names no directory it could be: empty, a file, or a path too long."""
     if not workdir or not workdir.strip():
         raise WorkdirError("--workdir is empty; name the run's directory, e.g. --workdir=runs/x")
     if os.path.exists(workdir) and not os.path.isdir(workdir):
         raise WorkdirError(f"--workdir={workdir}: is a file, not a directory; name a directory (train.py "
                            f"makes it)")
+    _check_length(workdir)
+
+
+def checkpoint_steps(workdir: str) -> list[int]:
+    """The steps of the workdir's checkpoints as Orbax names them (a directory per step), read without Orbax."""
+    try:
+        names = os.listdir(os.path.join(workdir, CHECKPOINTS_DIR))
+    except OSError:
+        return []
+    return sorted(int(name) for name in names if name.isdigit())
 
 
 def check_restart(config, workdir: str) -> None:
     """Refuses to train `config` in a workdir that another config trained, unless every differing field
-    is named in config.resume_with_changes (and changeable)."""
+    is named in config.resume_with_changes (and changeable); and a workdir whose checkpoints lost their
+    config.json, whose config is then unknown."""
     if (stored := stored_config(workdir)) is None:
+        if steps := checkpoint_steps(workdir):
+            raise WorkdirError(
+                f"{os.path.join(workdir, CONFIG_FILE)}: missing, but {os.path.join(workdir, CHECKPOINTS_DIR)} holds "
+                f"step {steps[-1]}: the config these checkpoints trained is unknown, so they are not resumed under "
+                f"this one; restore config.json (a finished run's eval.json holds it under \"config\"), or train "
+                f"in a new --workdir")
         return
     named = changes_named(config)
     refused = {field: values for field, values in differences(stored, config).items()
