@@ -15,6 +15,7 @@ from models import CAUSAL_ROLES
 from training import atomic, devices, sharding, workdirs
 from training.steps import make_eval_step
 
+EVAL_FILE = "eval.json"
 ATTENTION_EXAMPLE = "attention_example.npz"  # under plots/: the weights of attention.png
 QUERY_TOKENS, KEY_TOKENS = ".query_tokens", ".key_tokens"  # an array's name in it: role + suffix
 
@@ -177,5 +178,5 @@ def write_eval_json(config, workdir: str, result: dict) -> dict:
     """eval.json: the task's `result`, the config it was computed with, and the devices and versions
     that computed it."""
     result = {**result, "config": workdirs.config_record(config), "runtime": devices.runtime()}
-    atomic.write_text(os.path.join(workdir, "eval.json"), json.dumps(result, indent=1))
+    atomic.write_text(os.path.join(workdir, EVAL_FILE), json.dumps(result, indent=1))
     return result
