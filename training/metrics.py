@@ -157,6 +157,10 @@ class MetricsWriter:
     def _start_wandb(workdir: str, config, kinds: tuple[str, ...]):
         import wandb  # imported only when used: it is slow to import and tests disable it
 
+        # The run's own lines are its terminal's: no summary after its closing line, and no capture of
+        # stdout, whose wrapping by W&B delays lines written to a file (train.log keeps them for a study).
+        quiet = wandb.Settings(quiet=True, console="off")
+
         run_id, sweep_id = _run_id(workdir), os.environ.get(SWEEP_ID_VAR)
         # In a sweep, W&B takes the project and the run id from the agent and ignores (with a warning)
         # those passed here; the runs of a sweep share a group, the sweep's unless the config names one.
@@ -164,7 +168,7 @@ class MetricsWriter:
                           group=config.wandb.group or sweep_id or None, mode=wandb_mode(config), dir=workdir,
                           id=None if sweep_id else run_id, resume="allow",
                           config={**config.to_dict(), "runtime": devices.runtime()},
-                          tags=[config.task, *kinds])
+                          tags=[config.task, *kinds], settings=quiet)
 
     def write(self, step: int, split: str, elapsed_s: float, metrics: dict) -> None:
         record = {"step": step, "split": split, "elapsed_s": round(elapsed_s, 3), **metrics}
