@@ -10,6 +10,7 @@ import jax
 import numpy as np
 import pytest
 
+from analysis import plots
 from data import pipeline
 from data.files import DataFileError
 from tasks import translation
@@ -97,6 +98,18 @@ def test_workdir_holds_config_metrics_checkpoints_and_plots(trained):
         assert (layers, heads) == (config.model.num_layers, config.model.num_heads)
         assert (len(entry["query_tokens"]), len(entry["key_tokens"])) == (queries, keys)
         np.testing.assert_allclose(entry["weights"].sum(-1), 1.0, atol=3e-3)  # float16 on disk
+
+
+def test_the_attention_and_spectra_figures_are_titled_with_the_run_the_kind_and_the_step(trained, tmp_path,
+                                                                                        monkeypatch):
+    _, workdir, result = trained
+    copy = str(tmp_path / "run")
+    shutil.copytree(workdir, copy)
+    titles = {}
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: titles.setdefault(os.path.basename(path),
+                                                                                  fig.get_suptitle()))
+    evaluation.draw_evaluation_plots(copy, result)
+    assert titles == {"attention.png": f"{copy} | softmax | step 20", "spectra.png": f"{copy} | softmax | step 20"}
 
 
 def test_resume_continues_from_the_latest_checkpoint(trained, tmp_path):

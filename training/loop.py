@@ -278,7 +278,8 @@ def _train(config, workdir: str) -> dict:
 def _finish(task, config, workdir: str, model, state, data, writer: MetricsWriter, elapsed_s: float) -> dict:
     """The run's curves, the final evaluation of the trained model (eval.json) and the closing line."""
     if config.eval.plots and jax.process_index() == 0:  # the other hosts' metrics are the same
-        plots.plot_run_curves(read_metrics(workdir), os.path.join(workdir, "plots", plots.CURVES_PLOT))
+        title = plots.run_title(workdir, model_config.role_kinds(config, task.roles(config)), config.num_train_steps)
+        plots.plot_run_curves(read_metrics(workdir), os.path.join(workdir, "plots", plots.CURVES_PLOT), title)
     nnx.update(model, state["params"], state["rest"])
     try:
         result = task.evaluate_model(config, workdir, model, data, config.num_train_steps)
