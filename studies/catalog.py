@@ -5,6 +5,7 @@ import importlib
 
 import tasks
 from configs.grids import Study
+from training.config_checks import did_you_mean
 
 
 def _of(task: str) -> dict:
@@ -20,7 +21,8 @@ def get_study(task: str, preset: str) -> Study:
     if task not in tasks.names():
         raise ValueError(f"unknown task {task!r}; tasks: {', '.join(tasks.names())}")
     if preset not in _of(task):
-        raise ValueError(f"unknown preset {preset!r} for task {task}; presets: {', '.join(_of(task))}")
+        raise ValueError(f"unknown preset {preset!r} for task {task}; presets: {', '.join(_of(task))}"
+                         f"{did_you_mean(preset, _of(task))}")
     return _of(task)[preset]()
 
 
