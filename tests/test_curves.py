@@ -6,17 +6,19 @@ import numpy as np
 import pytest
 
 from analysis import plots
+from configs import translation as translation_config
 from scripts import compare
 from studies import jobs, runner
 from training import loop, metrics
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_CONFIG = translation_config.get_config("tiny")  # what the writer records besides the lines
 
 
 def _write_metrics(workdir, lines, resume_step=0) -> None:
     """Through the writer itself, so that the tests read what a run writes (W&B is off in the tests)."""
     os.makedirs(workdir, exist_ok=True)
-    writer = metrics.MetricsWriter(str(workdir), None, resume_step)
+    writer = metrics.MetricsWriter(str(workdir), _CONFIG, resume_step)
     for step, split, values in lines:
         writer.write(step, split, 0.5 * step, values)
 
@@ -84,7 +86,7 @@ def test_no_file_reads_as_no_lines_and_a_resume_drops_the_lines_after_its_step(t
     assert metrics.read_metrics(str(tmp_path)) == []
     _write_metrics(tmp_path, _translation_lines())
     written = metrics.read_metrics(str(tmp_path))
-    metrics.MetricsWriter(str(tmp_path), None, 10)
+    metrics.MetricsWriter(str(tmp_path), _CONFIG, 10)
     assert metrics.read_metrics(str(tmp_path)) == [record for record in written if record["step"] <= 10]
 
 

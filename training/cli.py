@@ -13,7 +13,7 @@ from absl import app, flags
 
 from data.files import DataFileError
 from data.paths import REPOSITORY
-from training import atomic, interrupts
+from training import atomic, interrupts, workdirs
 from training.checkpoints import CheckpointError
 from training.config_checks import ConfigError, did_you_mean
 from training.workdirs import WorkdirError
@@ -57,19 +57,11 @@ def _load_config(spec: str):
     return module.get_config(arg or None) if arg else module.get_config()
 
 
-def _flat(tree, prefix: str = "") -> dict:
-    """{"a.b": value} of a nested dict."""
-    values = {}
-    for key, value in tree.items():
-        values.update(_flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
-    return values
-
-
 def changes_from_preset(config, spec: str) -> dict[str, tuple]:
     """field -> (its value in `spec`, the config file with its presets; its value in `config`) where they
     differ: what the command line's overrides changed."""
-    preset = _flat(_load_config(spec).to_dict())
-    return {field: (preset.get(field), value) for field, value in _flat(config.to_dict()).items()
+    preset = workdirs.flatten(_load_config(spec).to_dict())
+    return {field: (preset.get(field), value) for field, value in workdirs.flatten(config.to_dict()).items()
             if preset.get(field) != value}
 
 
@@ -90,7 +82,7 @@ def _unknown_field(argv, default_config: str | None) -> str | None:
     if not overrides or not spec:
         return None
     try:
-        fields = list(_flat(_load_config(spec).to_dict()))
+        fields = list(workdirs.flatten(_load_config(spec).to_dict()))
     except Exception:  # noqa: BLE001 - the config's own error is what the caller then reports
         return None
     for name in overrides:

@@ -147,12 +147,12 @@ def _metrics_writer(task, config, workdir: str, start_step: int) -> MetricsWrite
     twice."""
     kinds = tuple(sorted(set(model_config.role_kinds(config, task.roles(config)).values())))
     if jax.process_index() == 0:
-        return MetricsWriter(workdir, config, start_step, kinds)
+        return MetricsWriter(workdir, config, start_step, kinds, task.METRICS[0])
     quiet = config.copy_and_resolve_references()
     quiet.wandb.mode = "disabled"
     directory = os.path.join(workdir, f"process_{jax.process_index()}")
     os.makedirs(directory, exist_ok=True)
-    return MetricsWriter(directory, quiet, start_step, kinds)
+    return MetricsWriter(directory, quiet, start_step, kinds, task.METRICS[0])
 
 
 def _prepare(config, workdir: str):
