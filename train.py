@@ -20,8 +20,9 @@ from training.loop import train_and_evaluate
 
 DEFAULT_CONFIG = "configs/translation.py"
 _CONFIG = config_flags.DEFINE_config_file("config", None, f"Config file[:presets]; default: {DEFAULT_CONFIG}.")
-_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (required but with --print_config): config, metrics, checkpoints, eval; "
-                               f"{metrics.RUN_ID_PLACEHOLDER} in it is the W&B agent's run id.")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (required but with --print_config): config, "
+                               f"metrics, checkpoints, eval; {metrics.RUN_ID_PLACEHOLDER} in it is the W&B agent's "
+                               "run id.")
 _PRINT_CONFIG = flags.DEFINE_bool("print_config", False, "Check and print the resolved config, and what the "
                                   "--config.<field> overrides changed in its presets, then exit; no --workdir needed.")
 _EVALUATE_AGAIN = flags.DEFINE_bool("evaluate_again", False, "Run the final evaluation of a finished run again "

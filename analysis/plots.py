@@ -180,7 +180,8 @@ def _label_axis(set_ticks, labels: list[str] | None, size: int, rotation: int = 
         set_ticks(range(size), labels, fontsize=5, rotation=rotation)
 
 
-def plot_spectra(spectra: dict[str, np.ndarray], rank_bounds: dict[str, int | None], path: str, title: str) -> str:
+def plot_spectra(spectra: dict[str, np.ndarray], rank_bounds: dict[str, int | None], path: str,
+                 title: str) -> str:
     """One panel per role with a line per layer: singular values divided by the largest, log scale, under
     `title`.
 

@@ -180,7 +180,8 @@ def test_tensorboard_events_hold_the_config_the_hparams_and_the_figures(trained)
     [experiment] = [data.experiment for data in hparams if data.HasField("experiment")]
     assert [metric.name.tag for metric in experiment.metric_infos] == ["eval/exact_match", "test/exact_match"]
     [start] = [data.session_start_info for data in hparams if data.HasField("session_start_info")]
-    scalar_fields = {field: value for field, value in _flat(config).items() if not isinstance(value, (list, type(None)))}
+    scalar_fields = {field: value for field, value in _flat(config).items()
+                     if not isinstance(value, (list, type(None)))}
     assert set(start.hparams) == set(scalar_fields)
     for field, value in scalar_fields.items():
         stored = start.hparams[field]
