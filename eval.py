@@ -6,13 +6,13 @@ and plots there.
 Without --config, the config is the workdir's config.json (configs/workdir.py). A config that differs
 from it beyond the fields an evaluation may change (eval.*, wandb.*, the schedule, sharding) is refused.
 """
-import json
+import os
 
 from absl import flags, logging
 from ml_collections import config_flags
 
-from training import cli
-from training.loop import evaluate
+from training import cli, evaluation
+from training.loop import evaluate, test_summary
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file[:presets]; default: the workdir's own, "
                                           f"{cli.WORKDIR_CONFIG}:<workdir>.")
@@ -23,7 +23,8 @@ def main(argv):
     del argv
     logging.set_verbosity(logging.WARNING)  # Orbax and TFDS log every file operation at INFO
     result = evaluate(_CONFIG.value, _WORKDIR.value)
-    print(json.dumps(result["metrics"]))
+    print(f"evaluated the checkpoint at step {result['step']} on the {result['split']} split: "
+          f"{test_summary(result)}; written to {os.path.join(_WORKDIR.value, evaluation.EVAL_FILE)}", flush=True)
 
 
 if __name__ == "__main__":

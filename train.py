@@ -7,24 +7,41 @@ changed fields may change within a run and are named, e.g. `--config.num_train_s
 --config.resume_with_changes=num_train_steps` (training/workdirs.py). Under `wandb agent`,
 `--workdir=runs/sweeps/mlm/{wandb_run_id}` gives each run of the sweep its own workdir, named by its W&B
 run id (see sweeps/). A mistake in the flags, config, data or workdir ends in one line and exit status 2
-(--debug: with its traceback).
+(--debug: with its traceback). A finished run (its eval.json at its last step) says so and exits;
+--evaluate_again runs its final evaluation again. --print_config prints the resolved config and exits.
 """
+import json
+
 from absl import flags, logging
 from ml_collections import config_flags
 
-from training import cli, metrics
+from training import cli, metrics, validate, workdirs
 from training.loop import train_and_evaluate
 
 DEFAULT_CONFIG = "configs/translation.py"
 _CONFIG = config_flags.DEFINE_config_file("config", None, f"Config file[:presets]; default: {DEFAULT_CONFIG}.")
-_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory: config, metrics, checkpoints, eval; "
-                               f"{metrics.RUN_ID_PLACEHOLDER} in it is the W&B agent's run id.", required=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (required but with --print_config): config, "
+                               f"metrics, checkpoints, eval; {metrics.RUN_ID_PLACEHOLDER} in it is the W&B agent's "
+                               "run id.")
+_PRINT_CONFIG = flags.DEFINE_bool("print_config", False, "Check and print the resolved config, and what the "
+                                  "--config.<field> overrides changed in its presets, then exit; no --workdir needed.")
+_EVALUATE_AGAIN = flags.DEFINE_bool("evaluate_again", False, "Run the final evaluation of a finished run again "
+                                    "(without it, a finished run says so and exits).")
 
 
 def main(argv):
     del argv
     logging.set_verbosity(logging.WARNING)  # Orbax and TFDS log every file operation at INFO
-    train_and_evaluate(_CONFIG.value, metrics.resolve_workdir(_WORKDIR.value))
+    config, spec = _CONFIG.value, flags.FLAGS["config"].config_filename
+    if _PRINT_CONFIG.value:
+        validate.validate(config)
+        print(json.dumps(workdirs.config_record(config), indent=1))
+        print(cli.describe_config(config, spec))
+        return
+    if _WORKDIR.value is None:
+        cli.fail("--workdir is missing; name the run's directory, e.g. --workdir=runs/x (or give --print_config)")
+    print(cli.describe_config(config, spec), flush=True)
+    train_and_evaluate(config, metrics.resolve_workdir(_WORKDIR.value), evaluate_again=_EVALUATE_AGAIN.value)
 
 
 if __name__ == "__main__":

@@ -92,13 +92,21 @@ def _tick_labels(tokens: list[str], size: int, role: str, axis: str) -> list[str
     return tokens if size <= MAX_LABELLED_TOKENS else None
 
 
+def run_title(workdir: str, kinds: dict[str, str], step: int) -> str:
+    """A run's figures' title: its workdir, its attention kind (per role where they differ) and the step."""
+    kind = (next(iter(kinds.values())) if len(set(kinds.values())) == 1 else
+            ", ".join(f"{role} {kind}" for role, kind in kinds.items()) or "no attention")
+    return f"{os.path.normpath(workdir)} | {kind} | step {step}"
+
+
 def plot_attention_heatmaps(
     weights: dict[str, np.ndarray],
     query_tokens: dict[str, list[str]],
     key_tokens: dict[str, list[str]],
     path: str,
+    title: str,
 ) -> str:
-    """Grid of one example's attention: a row per (role, layer), a column per head.
+    """Grid of one example's attention: a row per (role, layer), a column per head, under `title`.
 
     weights[role] is [num_layers, num_heads, Lq, Lk], already unpadded; query_tokens[role] and
     key_tokens[role] label the axes when there are at most MAX_LABELLED_TOKENS of them.
@@ -128,6 +136,7 @@ def plot_attention_heatmaps(
             _label_axis(ax.set_xticks, x_labels, w.shape[2], rotation=90)
             _label_axis(ax.set_yticks, y_labels if head == 0 else None, w.shape[1])
     fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
+    fig.suptitle(title, fontsize=9)
     return save_figure(fig, path)
 
 
@@ -171,8 +180,10 @@ def _label_axis(set_ticks, labels: list[str] | None, size: int, rotation: int = 
         set_ticks(range(size), labels, fontsize=5, rotation=rotation)
 
 
-def plot_spectra(spectra: dict[str, np.ndarray], rank_bounds: dict[str, int | None], path: str) -> str:
-    """One panel per role with a line per layer: singular values divided by the largest, log scale.
+def plot_spectra(spectra: dict[str, np.ndarray], rank_bounds: dict[str, int | None], path: str,
+                 title: str) -> str:
+    """One panel per role with a line per layer: singular values divided by the largest, log scale, under
+    `title`.
 
     spectra[role] is [num_layers, max_len] from analysis.rank.mean_spectrum; a dashed vertical line
     marks rank_bounds[role] where it is not None.
@@ -193,6 +204,7 @@ def plot_spectra(spectra: dict[str, np.ndarray], rank_bounds: dict[str, int | No
         ax.set_xlabel("singular value index")
         ax.set_ylabel(r"$\sigma_i / \sigma_1$")
         ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
     return save_figure(fig, path)
 
 
@@ -215,8 +227,9 @@ def run_curves(records: list[dict]) -> dict[str, dict[str, Curve]]:
             for metric in metrics}
 
 
-def plot_run_curves(records: list[dict], path: str) -> str:
-    """A panel per metric of `run_curves` against step, its train and validation curves."""
+def plot_run_curves(records: list[dict], path: str, title: str) -> str:
+    """A panel per metric of `run_curves` against step, its train and validation curves, under `title`; the
+    loss on a log axis, where its later steps are not a flat line."""
     curves = run_curves(records)
     colors = dict(zip(SPLIT_LABELS, COLORS))  # a split keeps its colour in panels that lack the other
     fig, axes = plt.subplots(1, len(curves), figsize=(2.8 * len(curves), 2.4), squeeze=False,
@@ -228,8 +241,11 @@ def plot_run_curves(records: list[dict], path: str) -> str:
                     markersize=4, label=SPLIT_LABELS[split])
         ax.set_title(metric, fontsize=9)
         ax.set_xlabel("step", fontsize=8)
+        if metric == "loss":
+            ax.set_yscale("log")
         ax.tick_params(labelsize=7)
     axes[0, 0].legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
     return save_figure(fig, path)
 
 

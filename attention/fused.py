@@ -3,7 +3,8 @@
 `jax.nn.dot_product_attention` without `implementation` runs XLA's unfused softmax on every platform.
 cuDNN's flash attention is far faster on an NVIDIA GPU, but only in 16-bit floats, at head widths up
 to 128 (256 on Hopper) that are multiples of 8, and with masks it can express: causal (`is_causal`) and
-key padding (`key_value_seq_lengths`). `select` picks it where `auto` allows and says once why not.
+key padding (`key_value_seq_lengths`). `select` picks it where `auto` allows and, on an NVIDIA GPU, says
+once why not.
 """
 import jax
 import jax.numpy as jnp
@@ -67,8 +68,8 @@ def cudnn_unsupported(q, v, mask, causal_narrowed: bool) -> str | None:
 
 
 def select(implementation: str, q, v, mask, causal_narrowed: bool) -> str:
-    """"xla" or "cudnn" for `implementation` and these inputs (at trace time). `auto` falls back to XLA
-    with one printed line per reason; an explicit "cudnn" that cannot run raises instead."""
+    """"xla" or "cudnn" for `implementation` and these inputs (at trace time). `auto` falls back to XLA,
+    on an NVIDIA GPU with one printed line per reason; an explicit "cudnn" that cannot run raises instead."""
     if implementation == "xla":
         return "xla"
     reason = cudnn_unsupported(q, v, mask, causal_narrowed)
@@ -76,7 +77,7 @@ def select(implementation: str, q, v, mask, causal_narrowed: bool) -> str:
         return "cudnn"
     if implementation == "cudnn":
         raise ValueError(f"attention.implementation='cudnn' cannot run here: {reason}")
-    if reason not in _said:
+    if reason not in _said and _on_nvidia_gpu():  # elsewhere XLA is the only choice: nothing to say
         _said.add(reason)
         print(f"attention.implementation=auto: XLA's softmax, not cuDNN flash attention: {reason}", flush=True)
     return "xla"

@@ -10,6 +10,8 @@ Presets in the argument, comma separated:
   tiny               a seconds-long run for tests and smoke checks
 e.g. `--config=configs/listops.py:attention=performer,pooling=mean`.
 """
+import functools
+
 import ml_collections
 
 from configs import common, grids, presets
@@ -105,6 +107,7 @@ def _study_full() -> grids.Study:
 
 
 STUDIES = {
+    "tiny": functools.partial(grids.tiny_study, "configs/listops.py"),
     "quick": _study_quick,
     "full": _study_full,
 }

@@ -11,6 +11,8 @@ Presets in the argument, comma separated:
   tiny               a seconds-long run for tests and smoke checks
 e.g. `--config=configs/mlm.py:attention=performer`.
 """
+import functools
+
 import ml_collections
 
 from configs import common, grids, presets
@@ -187,6 +189,7 @@ def _study_rank_or_shape() -> grids.Study:
 
 
 STUDIES = {
+    "tiny": functools.partial(grids.tiny_study, "configs/mlm.py"),
     "quick": _study_quick,
     "standard": _study_standard,
     "full": _study_full,

@@ -6,6 +6,8 @@ given none, and two presets of one `exclusive` group (the run sizes: `tiny,quick
 otherwise be decided silently by the order of the argument."""
 import inspect
 
+from training.config_checks import did_you_mean
+
 
 def parse(arg: str | None) -> dict[str, str]:
     """'a=1,b,c=x' -> {'a': '1', 'b': '', 'c': 'x'}; a bare word is a flag preset. A key given twice is an
@@ -25,7 +27,8 @@ def _takes_value(setter) -> bool:
 
 def _check(key: str, value: str, setters: dict) -> None:
     if key not in setters:
-        raise ValueError(f"unknown config preset {key!r}; known presets: {', '.join(sorted(setters))}")
+        raise ValueError(f"unknown config preset {key!r}; known presets: {', '.join(sorted(setters))}"
+                         f"{did_you_mean(key, setters)}")
     if _takes_value(setters[key]) and not value:
         raise ValueError(f"config preset {key!r} takes a value: {key}=<value>")
     if not _takes_value(setters[key]) and value:

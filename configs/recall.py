@@ -13,6 +13,7 @@ Presets in the argument, comma separated:
 e.g. `--config=configs/recall.py:attention=linear,form=bidirectional --config.dataset.num_kv_pairs=16`.
 """
 import dataclasses
+import functools
 
 import ml_collections
 
@@ -216,6 +217,7 @@ def _study_full() -> grids.Study:
 
 
 STUDIES = {
+    "tiny": functools.partial(grids.tiny_study, "configs/recall.py"),
     "quick": _study_quick,
     "bidirectional": _study_bidirectional,
     "kinds": _study_kinds,

@@ -9,6 +9,8 @@ Presets in the argument, comma separated:
   tiny               a seconds-long run for tests and smoke checks
 e.g. `--config=configs/translation.py:attention=linear,split=length`.
 """
+import functools
+
 import ml_collections
 
 import attention
@@ -152,6 +154,7 @@ def _study_forms() -> grids.Study:
 
 
 STUDIES = {
+    "tiny": functools.partial(grids.tiny_study, "configs/translation.py"),
     "quick": _study_quick,
     "full": _study_full,
     "default": _study_default,

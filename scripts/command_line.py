@@ -58,6 +58,9 @@ def one_line_errors():
 
 # --- the studies' shared flags ---------------------------------------------------------------------------
 
+PUBLISHED_REPORTS = "reports"  # the committed reports, which the README and docs quote
+DRAFT_REPORTS = "runs/reports"  # beside the runs: ignored by git
+
 
 def split_extra(argv: list[str]) -> tuple[list[str], list[str]]:
     """The arguments before `--`, and those after it (for every train.py run of a study)."""
@@ -75,8 +78,18 @@ def define_study_flags(flag_values: flags.FlagValues) -> None:
                         "report merges what every part recorded (runs.json beside it)", flag_values=flag_values)
     flags.DEFINE_string("runs_dir", "runs/compare", "workdirs go to <runs_dir>/<task>/<preset>",
                         flag_values=flag_values)
-    flags.DEFINE_string("reports_dir", "reports", "the report goes to <reports_dir>/<task>[/<preset>]",
-                        flag_values=flag_values)
+    flags.DEFINE_string("reports_dir", None, f"the report goes to <reports_dir>/<task>[/<preset>]; default "
+                        f"{DRAFT_REPORTS} (untracked), or with --publish {PUBLISHED_REPORTS}", flag_values=flag_values)
+    flags.DEFINE_bool("publish", False, f"refresh the committed report, under {PUBLISHED_REPORTS}/, instead of "
+                      f"writing one under {DRAFT_REPORTS}/", flag_values=flag_values)
+
+
+def reports_dir(args) -> str:
+    """Where a study's report goes: --reports_dir, else the committed tree with --publish, else the untracked
+    one, so that a study run to try something leaves `git status` clean."""
+    if args.publish and args.reports_dir is not None:
+        fail(f"--publish writes to {PUBLISHED_REPORTS}/; give it or --reports_dir, not both")
+    return args.reports_dir or (PUBLISHED_REPORTS if args.publish else DRAFT_REPORTS)
 
 
 # --- the benchmarks' shared flags ------------------------------------------------------------------------

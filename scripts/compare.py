@@ -3,13 +3,16 @@
   python -m scripts.compare --task=mlm                                  # preset quick
   python -m scripts.compare --task=translation --preset=kinds --jobs=2
   python -m scripts.compare --task=mlm --only=softmax,linear --seeds=1 -- --config.wandb.mode=disabled
-  python -m scripts.compare --task=recall --preset=kinds --rewrite_report   # the report again, no training
+  python -m scripts.compare --task=recall --preset=kinds --rewrite_report --publish  # the committed report
+                                                                                    # again, no training
 
 From the repository root. The grids: STUDIES in configs/<task>.py. Each (run, seed) trains in its own process
 and workdir, <runs_dir>/<task>/<preset>/<run>/seed<k> (its log in train.log there); one whose eval.json is
 at the config's last step is skipped, so an interrupted study resumes. Arguments after `--` go to every
 train.py run. The report (tables, plots) goes to <reports_dir>/<task>/report.md for the quick preset and
-to <reports_dir>/<task>/<preset>/report.md for the others, from every run that finished.
+to <reports_dir>/<task>/<preset>/report.md for the others, from every run that finished. <reports_dir> is
+runs/reports, untracked, unless --publish refreshes the committed report under reports/ (its "Produced by"
+block then names --publish).
 """
 import shlex
 import sys
@@ -33,6 +36,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     own, extra = command_line.split_extra(argv)
     args = command_line.parse(FLAGS, own, __doc__)
+    args.reports_dir = command_line.reports_dir(args)
     with command_line.one_line_errors():
         if args.rewrite_report:
             print(f"report: {rewrite_report(args.task, args.preset, args.reports_dir)}", flush=True)

@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     own, extra = command_line.split_extra(argv)
     args = command_line.parse(FLAGS, own, __doc__, positional=True)
+    args.reports_dir = command_line.reports_dir(args)
     if args.generate:
         if args.positional or extra:
             command_line.fail("--generate takes no other arguments")

@@ -3,8 +3,10 @@ a finished run, and the unfinished ones trained in parallel, one process per dev
 import concurrent.futures
 import os
 import queue
+import re
 import subprocess
 import sys
+import threading
 import time
 
 from configs.grids import Run, Study
@@ -53,7 +55,7 @@ def train(command: list[str], workdir: str, env: dict[str, str] | None) -> bool:
     """Runs train.py, appending its output to <workdir>/train.log; True when it exited cleanly. The process
     ends with this one (children.py): SIGTERM or SIGINT here, or this process killed."""
     os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "train.log"), "a") as log:
+    with open(os.path.join(workdir, TRAIN_LOG), "a") as log:
         process = children.start(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
         if process is not None:
             _started.add(process.pid)
@@ -68,6 +70,27 @@ def _train_timed(command: list[str], workdir: str, env: dict[str, str] | None) -
 
 
 DATA_POLL_S = 1.0  # how often the first job's workdir is looked at for its config.json
+STATUS_EVERY_S = 30.0  # how often each running job's last progress line is printed
+TRAIN_LOG = "train.log"
+_PROGRESS_LINE = re.compile(r"^step \d+/\d+ .*$", re.MULTILINE)  # training/loop.py's
+_TAIL_BYTES = 16_384  # the end of a train.log that holds its last progress line
+
+
+def _log_size(workdir: str) -> int:
+    path = os.path.join(workdir, TRAIN_LOG)
+    return os.path.getsize(path) if os.path.exists(path) else 0
+
+
+def job_status(label: str, workdir: str, log_offset: int, started: float) -> str:
+    """One line on a running job: its last progress line in train.log past `log_offset` (where this attempt's
+    output starts), or that it is still preparing (data, compilation), and how long it has run."""
+    progress = "preparing (data, compilation)"
+    if os.path.exists(path := os.path.join(workdir, TRAIN_LOG)):
+        with open(path, "rb") as f:
+            f.seek(max(log_offset, os.path.getsize(path) - _TAIL_BYTES))
+            if lines := _PROGRESS_LINE.findall(f.read().decode("utf-8", errors="replace")):
+                progress = lines[-1]
+    return f"  {label}: {progress} ({time.time() - started:.0f}s)"
 
 
 def _data_prepared(workdir: str, since: float) -> bool:
@@ -84,32 +107,46 @@ def train_all(jobs: list[Job], environments: list[dict | None]):
 
     The first job starts alone: it builds the dataset and tokenizer in the shared data directory, which
     parallel processes would otherwise race to build. The others start once it has prepared them (its
-    config.json is written) or has ended, so that no slot idles while it trains.
+    config.json is written) or has ended, so that no slot idles while it trains. Every STATUS_EVERY_S
+    without a job ending, each running job's status is printed (job_status), one line each.
     """
     if not jobs:
         return
     free = queue.Queue()
     for env in environments:
         free.put(env)
+    running, lock = {}, threading.Lock()  # label -> job_status's (workdir, log offset, start time)
 
-    def train_on_free_slot(command, workdir):
+    def train_on_free_slot(label, command, workdir):
         env = free.get()
+        with lock:
+            running[label] = (workdir, _log_size(workdir), time.time())
         try:
             return _train_timed(command, workdir, env)
         finally:
+            with lock:
+                del running[label]
             free.put(env)
 
     (label, command, workdir), rest = jobs[0], jobs[1:]
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(environments)) as pool:
         started = time.time()
-        first = pool.submit(train_on_free_slot, command, workdir)
+        first = pool.submit(train_on_free_slot, label, command, workdir)
         while not (first.done() or _data_prepared(workdir, started)):
             time.sleep(DATA_POLL_S)
         futures = {first: (label, workdir),
-                   **{pool.submit(train_on_free_slot, command, workdir): (label, workdir)
+                   **{pool.submit(train_on_free_slot, label, command, workdir): (label, workdir)
                       for label, command, workdir in rest}}
-        for future in concurrent.futures.as_completed(futures):
-            yield (*futures[future], *future.result())
+        pending = set(futures)
+        while pending:
+            done, pending = concurrent.futures.wait(pending, timeout=STATUS_EVERY_S,
+                                                    return_when=concurrent.futures.FIRST_COMPLETED)
+            with lock:
+                lines = [] if done else [job_status(label, *state) for label, state in running.items()]
+            if lines:
+                print("\n".join(lines), flush=True)
+            for future in done:
+                yield (*futures[future], *future.result())
 
 
 def job_environments(workers: int | None) -> list[dict | None]:
@@ -167,7 +204,7 @@ def run_jobs(jobs: list[Job], workers: int | None) -> list[str]:
                                                               len(skipped) + len(held) + 1):
             elsewhere = None if ok else trained_elsewhere(workdir)
             status = ("done" if ok else f"trained by another process ({elsewhere})" if elsewhere
-                      else f"FAILED (see {os.path.join(workdir, 'train.log')})")
+                      else f"FAILED (see {os.path.join(workdir, TRAIN_LOG)})")
             print(f"[{index}/{len(jobs)}] {label}: {status} in {seconds:.0f}s", flush=True)
             if not (ok or elsewhere):
                 failed.append(label)

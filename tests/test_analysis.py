@@ -267,6 +267,7 @@ def test_plot_attention_heatmaps_writes_png(tmp_path, rng):
         {"encoder_self": source, "cross": target},
         {"encoder_self": source, "cross": source},
         str(tmp_path / "plots" / "heatmaps.png"),
+        "runs/x | softmax | step 20",
     )
     assert path == str(tmp_path / "plots" / "heatmaps.png")
     assert_png(path)
@@ -278,6 +279,6 @@ def test_plot_spectra_writes_png(tmp_path):
         "decoder_self": np.array([[1.0, 0.8, 0.6, 0.4]]),
     }
     path = plots.plot_spectra(
-        spectra, {"encoder_self": 2, "decoder_self": None}, str(tmp_path / "spectra.png")
+        spectra, {"encoder_self": 2, "decoder_self": None}, str(tmp_path / "spectra.png"), "runs/x | linear | step 5"
     )
     assert_png(path)

@@ -1,5 +1,6 @@
 """train.py and eval.py as a user runs them: a mistake in the flags, the config, the data or the workdir is
 one line on stderr and exit status 2, with nothing written; --debug brings the traceback back."""
+import json
 import os
 import shutil
 import subprocess
@@ -8,9 +9,11 @@ import sys
 import pytest
 
 import attention
+from configs import workdir as configs_workdir
 from data import paths
 from kind_harness import package_kinds
-from training import locks
+from tasks import translation
+from training import evaluation, locks, loop
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -59,6 +62,8 @@ def _files(workdir: str) -> dict[str, bytes]:
     (["--config.attention.eps=0", "--config.attention.name=linear"],
      "error: config.attention options for kind 'linear': eps=0.0 must be a number > 0"),
     (["--config=configs/translation.py:nope"], "error: unknown config preset 'nope'; known presets: "),
+    (["--config=configs/translation.py:tny"], "error: unknown config preset 'tny'; known presets: attention, "
+                                              "full_train, rnn, split, tiny; did you mean tiny?"),
     (["--config.dataset.train_file=/tmp/x.tsv"],
      "error: config.dataset.train_file='/tmp/x.tsv' is read only when dataset.name='files' (it is 'scan'); "
      "add --config.dataset.name=files, or leave train_file out"),
@@ -88,6 +93,47 @@ def test_a_config_files_own_mistake_is_named_with_the_file(tmp_path, body, overr
         error = _one_error_line(_run(script, f"--config={config_file}", f"--workdir={tmp_path / 'run'}", *overrides))
         assert error.startswith(f"error: {config_file}: {what}"), error
     assert not (tmp_path / "run").exists()
+
+
+def test_a_misspelled_kind_is_named_with_the_closest_kinds():
+    error = _one_error_line(_run("train.py", "--workdir=unused", "--config.attention.name=softmx"))
+    assert error.endswith(f"{', '.join(attention.names())}; did you mean softmax, softmax_rank?"), error
+
+
+def test_print_config_prints_the_resolved_config_and_what_the_overrides_changed(tmp_path):
+    process = _run("train.py", "--print_config", f"--config={ROOT}/configs/translation.py:tiny",
+                   "--config.num_train_steps=7", "--config.model.d_model=32", cwd=str(tmp_path))
+    assert process.returncode == 0, process.stderr
+    *printed, last = process.stdout.strip().splitlines()
+    # d_model=32 is what the tiny preset sets: no change to report.
+    assert last == "config: configs/translation.py:tiny; changed: num_train_steps=7 (preset: 20)"
+    resolved = json.loads("\n".join(printed))
+    assert (resolved["num_train_steps"], resolved["model"]["d_model"], resolved["task"]) == (7, 32, "translation")
+    assert os.listdir(tmp_path) == []  # no workdir, nothing written where it ran
+    error = _one_error_line(_run("train.py", "--config=configs/translation.py:tiny"))
+    assert error.startswith("error: --workdir is missing"), error
+
+
+def test_a_finished_run_says_so_and_writes_nothing_unless_asked_to_evaluate_again(trained, tmp_path, monkeypatch):
+    workdir, flags = trained
+    copy = str(tmp_path / "run")
+    shutil.copytree(workdir, copy)
+    before = _files(copy)
+    process = _run("train.py", f"--workdir={copy}", *flags)
+    assert process.returncode == 0, process.stderr
+    with open(os.path.join(copy, "eval.json")) as f:
+        exact_match = json.load(f)["metrics"]["exact_match"]
+    first, *_, last = process.stdout.strip().splitlines()
+    assert first.startswith("config: configs/translation.py:tiny; changed: dataset.name='files' (preset: 'scan')")
+    assert last.startswith(f"done: 20 steps, trained and evaluated before; test exact_match {exact_match:.4f}, ")
+    assert last.endswith(f"eval.json in {copy} (--evaluate_again to evaluate it again)")
+    assert _files(copy) == before  # no second event file, no config.json rewritten
+    evaluated = []
+    monkeypatch.setattr(evaluation, "evaluate_and_write", lambda *args: evaluated.append(args[-1]) or
+                        {"metrics": {}, "rank": []})
+    config = configs_workdir.get_config(copy)
+    loop.train_and_evaluate(config, copy, evaluate_again=True)
+    assert evaluated == [20]
 
 
 def test_the_default_config_and_the_datasets_are_the_repositorys_from_any_directory(tmp_path, monkeypatch):
@@ -129,7 +175,13 @@ def test_eval_reads_the_workdir_config_and_takes_eval_overrides(trained, tmp_pat
     process = _run("eval.py", f"--workdir={copy}", "--config.eval.beam_size=2")
     assert process.returncode == 0, process.stderr
     with open(os.path.join(copy, "eval.json")) as f:
-        assert '"beam_size": 2' in f.read()
+        result = json.load(f)
+    assert result["config"]["eval"]["beam_size"] == 2
+    assert process.stdout.strip().splitlines()[-1] == (
+        f"evaluated the checkpoint at step 20 on the {result['split']} split: "
+        f"exact_match {result['metrics']['exact_match']:.4f}, token_accuracy "
+        f"{result['metrics']['token_accuracy']:.4f}, bleu {result['metrics']['bleu']:.4f}, loss "
+        f"{result['metrics']['loss']:.4f}; written to {copy}/eval.json")
 
 
 def test_eval_of_a_missing_workdir_creates_nothing(tmp_path):

@@ -88,8 +88,10 @@ def test_each_preset_reports_in_its_own_directory():
 def test_unknown_task_or_preset_names_the_allowed_ones():
     with pytest.raises(ValueError, match="tasks: listops, mlm, recall, translation"):
         catalog.get_study("vision", "quick")
-    with pytest.raises(ValueError, match="presets: quick, full, default, kinds, splits"):
+    with pytest.raises(ValueError, match="presets: tiny, quick, full, default, kinds, splits, forms, rank$"):
         catalog.get_study("translation", "huge")
+    with pytest.raises(ValueError, match="presets: tiny, .*, rank; did you mean quick\\?$"):
+        catalog.get_study("translation", "quik")
 
 
 # --- report ----------------------------------------------------------------------------------------------
@@ -463,6 +465,21 @@ class FakeTrain:
 def _main(tmp_path, *args):
     compare.main(["--task=mlm", f"--runs_dir={tmp_path / 'runs'}", f"--reports_dir={tmp_path / 'reports'}",
                   "--jobs=2", *args])
+
+
+def test_a_report_goes_under_runs_unless_published_to_the_committed_tree(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(jobs, "train", FakeTrain())
+    monkeypatch.chdir(tmp_path)
+    compare.main(["--task=mlm", "--only=softmax,linear", "--seeds=1", "--jobs=2"])
+    assert (tmp_path / "runs" / "reports" / "mlm" / "report.md").exists() and not (tmp_path / "reports").exists()
+    compare.main(["--task=mlm", "--only=softmax,linear", "--seeds=1", "--jobs=2", "--publish"])
+    text = (tmp_path / "reports" / "mlm" / "report.md").read_text()
+    assert ("Produced by\n\n```\npython -m scripts.compare --task=mlm --only=softmax,linear --seeds=1 --jobs=2 "
+            "--publish\n```") in text
+    with pytest.raises(SystemExit) as refused:
+        compare.main(["--task=mlm", "--publish", "--reports_dir=elsewhere"])
+    assert refused.value.code == 2
+    assert capsys.readouterr().err.startswith("error: --publish writes to reports/; give it or --reports_dir")
 
 
 def test_main_trains_every_run_and_seed_then_reports_and_skips_them_next_time(tmp_path, monkeypatch, capsys):

@@ -6,17 +6,19 @@ import numpy as np
 import pytest
 
 from analysis import plots
+from configs import translation as translation_config
 from scripts import compare
 from studies import jobs, runner
 from training import loop, metrics
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_CONFIG = translation_config.get_config("tiny")  # what the writer records besides the lines
 
 
 def _write_metrics(workdir, lines, resume_step=0) -> None:
     """Through the writer itself, so that the tests read what a run writes (W&B is off in the tests)."""
     os.makedirs(workdir, exist_ok=True)
-    writer = metrics.MetricsWriter(str(workdir), None, resume_step)
+    writer = metrics.MetricsWriter(str(workdir), _CONFIG, resume_step)
     for step, split, values in lines:
         writer.write(step, split, 0.5 * step, values)
 
@@ -51,25 +53,40 @@ def test_a_run_without_evaluation_lines_has_its_train_loss_only(tmp_path):
     _write_metrics(tmp_path, [line for line in _translation_lines() if line[1] == "train"])
     curves = plots.run_curves(metrics.read_metrics(str(tmp_path)))
     assert list(curves) == ["loss"] and list(curves["loss"]) == ["train"]
-    path = plots.plot_run_curves(metrics.read_metrics(str(tmp_path)), str(tmp_path / "plots" / "curves.png"))
+    path = plots.plot_run_curves(metrics.read_metrics(str(tmp_path)), str(tmp_path / "plots" / "curves.png"), "x")
     with open(path, "rb") as f:
         assert f.read(8) == PNG_SIGNATURE
 
 
-def test_plot_run_curves_writes_a_small_png(tmp_path):
+def test_plot_run_curves_writes_a_small_png_titled_with_the_loss_on_a_log_axis(tmp_path, monkeypatch):
     _write_metrics(tmp_path, _translation_lines())
-    path = plots.plot_run_curves(metrics.read_metrics(str(tmp_path)), str(tmp_path / "plots" / plots.CURVES_PLOT))
+    figures = []
+    save = plots.save_figure
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: figures.append(fig) or save(fig, path))
+    path = plots.plot_run_curves(metrics.read_metrics(str(tmp_path)), str(tmp_path / "plots" / plots.CURVES_PLOT),
+                                 "runs/x | linear | step 20")
     assert path == str(tmp_path / "plots" / "curves.png")
     with open(path, "rb") as f:
         assert f.read(8) == PNG_SIGNATURE
     assert os.path.getsize(path) < 60_000
+    [figure] = figures
+    assert figure.get_suptitle() == "runs/x | linear | step 20"
+    scales = {ax.get_title(): ax.get_yscale() for ax in figure.axes}
+    assert scales == {"loss": "log", "token_accuracy": "linear", "exact_match": "linear"}
+
+
+def test_a_runs_title_names_its_workdir_its_kinds_and_the_step():
+    assert plots.run_title("runs/x/", {"encoder_self": "linear"}, 20) == "runs/x | linear | step 20"
+    assert (plots.run_title("runs/y", {"encoder_self": "softmax", "cross": "linear"}, 5) ==
+            "runs/y | encoder_self softmax, cross linear | step 5")
+    assert plots.run_title("runs/rnn", {}, 7) == "runs/rnn | no attention | step 7"
 
 
 def test_no_file_reads_as_no_lines_and_a_resume_drops_the_lines_after_its_step(tmp_path):
     assert metrics.read_metrics(str(tmp_path)) == []
     _write_metrics(tmp_path, _translation_lines())
     written = metrics.read_metrics(str(tmp_path))
-    metrics.MetricsWriter(str(tmp_path), None, 10)
+    metrics.MetricsWriter(str(tmp_path), _CONFIG, 10)
     assert metrics.read_metrics(str(tmp_path)) == [record for record in written if record["step"] <= 10]
 
 

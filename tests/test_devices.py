@@ -1,6 +1,7 @@
 """Which devices a run records, and how a study's training processes (studies/jobs.py) spread over a machine."""
 
 import os
+import re
 import threading
 
 import pytest
@@ -103,3 +104,34 @@ def test_the_other_jobs_start_when_the_first_ends_without_preparing_its_data(mon
     labelled = [(f"job{i}", ["train"], str(tmp_path / str(i))) for i in range(3)]
     results = list(jobs.train_all(labelled, [None, None]))
     assert order[0] == str(tmp_path / "0") and len(results) == 3 and not any(ok for _, _, ok, _ in results)
+
+
+def test_each_running_job_gets_a_status_line_from_this_attempts_log(monkeypatch, tmp_path, capsys):
+    """Its last progress line in train.log, not an earlier attempt's, or that it is still preparing."""
+    monkeypatch.setattr(jobs, "DATA_POLL_S", 0.01)
+    monkeypatch.setattr(jobs, "STATUS_EVERY_S", 0.05)
+    earlier = tmp_path / "1"
+    earlier.mkdir()
+    (earlier / "train.log").write_text("step 15/20 | loss 2.0000 | an earlier attempt\n")
+    release = threading.Event()
+
+    def fake_train(command, workdir, env):
+        os.makedirs(workdir, exist_ok=True)
+        with open(os.path.join(workdir, "train.log"), "a") as log:
+            if workdir.endswith(os.sep + "0"):
+                (tmp_path / "0" / "config.json").write_text("{}")  # its data prepared: the other job starts
+                log.write("devices: cpu\nstep 5/20 | loss 3.0000 | ETA 0m01s\nstep 10/20 | loss 2.5000 | ETA 0m01s\n"
+                          "eval at step 10 | loss 2.4000\n")
+        release.wait(5)
+        return True, 0.0
+
+    monkeypatch.setattr(jobs, "_train_timed", fake_train)
+    threading.Timer(0.5, release.set).start()
+    labelled = [(f"job{i}", ["train"], str(tmp_path / str(i))) for i in range(2)]
+    assert len(list(jobs.train_all(labelled, [None, None]))) == 2
+    lines = capsys.readouterr().out.splitlines()
+    job0 = [line for line in lines if line.startswith("  job0: ")]
+    job1 = [line for line in lines if line.startswith("  job1: ")]
+    assert job0 and job1 and len(job0) + len(job1) == len(lines), lines
+    assert all(re.fullmatch(r"  job0: step 10/20 \| loss 2\.5000 \| ETA 0m01s \(\d+s\)", line) for line in job0)
+    assert all(re.fullmatch(r"  job1: preparing \(data, compilation\) \(\d+s\)", line) for line in job1)

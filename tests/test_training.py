@@ -10,6 +10,7 @@ import jax
 import numpy as np
 import pytest
 
+from analysis import plots
 from data import pipeline
 from data.files import DataFileError
 from tasks import translation
@@ -99,6 +100,18 @@ def test_workdir_holds_config_metrics_checkpoints_and_plots(trained):
         np.testing.assert_allclose(entry["weights"].sum(-1), 1.0, atol=3e-3)  # float16 on disk
 
 
+def test_the_attention_and_spectra_figures_are_titled_with_the_run_the_kind_and_the_step(trained, tmp_path,
+                                                                                        monkeypatch):
+    _, workdir, result = trained
+    copy = str(tmp_path / "run")
+    shutil.copytree(workdir, copy)
+    titles = {}
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: titles.setdefault(os.path.basename(path),
+                                                                                  fig.get_suptitle()))
+    evaluation.draw_evaluation_plots(copy, result)
+    assert titles == {"attention.png": f"{copy} | softmax | step 20", "spectra.png": f"{copy} | softmax | step 20"}
+
+
 def test_resume_continues_from_the_latest_checkpoint(trained, tmp_path):
     config, workdir, _ = trained
     resumed = str(tmp_path / "resumed")
@@ -117,12 +130,12 @@ def test_resume_continues_from_the_latest_checkpoint(trained, tmp_path):
     assert not glob.glob(os.path.join(workdir, "profile"))  # profile_steps="" traces nothing
 
 
-def _event_scalars(workdir: str) -> dict[tuple[str, int], float]:
-    """(tag, step) -> value of the scalars in the workdir's TensorBoard event files: TFRecords (length, its
+def _event_values(workdir: str) -> list[tuple[int, object]]:
+    """(step, Summary.Value) of every value in the workdir's TensorBoard event files: TFRecords (length, its
     CRC, the record, its CRC) of tensorboardX's Event protos."""
     from tensorboardX.proto import event_pb2
 
-    scalars = {}
+    values = []
     for path in glob.glob(os.path.join(workdir, "events.out.tfevents.*")):
         with open(path, "rb") as f:
             data = f.read()
@@ -131,8 +144,58 @@ def _event_scalars(workdir: str) -> dict[tuple[str, int], float]:
             (length,) = struct.unpack("<Q", data[offset:offset + 8])
             event = event_pb2.Event.FromString(data[offset + 12:offset + 12 + length])
             offset += 12 + length + 4
-            scalars.update({(value.tag, event.step): value.simple_value for value in event.summary.value})
-    return scalars
+            values += [(event.step, value) for value in event.summary.value]
+    return values
+
+
+def _event_scalars(workdir: str) -> dict[tuple[str, int], float]:
+    """(tag, step) -> value of the scalars in the workdir's TensorBoard event files."""
+    return {(value.tag, step): value.simple_value for step, value in _event_values(workdir)
+            if value.WhichOneof("value") == "simple_value"}
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in tree.items():
+        flat.update(_flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+    return flat
+
+
+def test_tensorboard_events_hold_the_config_the_hparams_and_the_figures(trained):
+    """What TensorBoard's text, hparams and images tabs read, from the plugins' data in the event files."""
+    from tensorboardX.proto import plugin_hparams_pb2
+
+    _, workdir, _ = trained
+    with open(os.path.join(workdir, "config.json")) as f:
+        config = {key: value for key, value in json.load(f).items() if key != "runtime"}
+    by_plugin = {}
+    for step, value in _event_values(workdir):
+        by_plugin.setdefault(value.metadata.plugin_data.plugin_name or value.WhichOneof("value"), []).append(
+            (step, value))
+    [(step, text)] = by_plugin["text"]
+    assert (step, text.tag) == (0, "config/text_summary")
+    assert json.loads(text.tensor.string_val[0].decode()) == config
+    hparams = [plugin_hparams_pb2.HParamsPluginData.FromString(value.metadata.plugin_data.content)
+               for _, value in by_plugin["hparams"]]
+    [experiment] = [data.experiment for data in hparams if data.HasField("experiment")]
+    assert [metric.name.tag for metric in experiment.metric_infos] == ["eval/exact_match", "test/exact_match"]
+    [start] = [data.session_start_info for data in hparams if data.HasField("session_start_info")]
+    scalar_fields = {field: value for field, value in _flat(config).items()
+                     if not isinstance(value, (list, type(None)))}
+    assert set(start.hparams) == set(scalar_fields)
+    for field, value in scalar_fields.items():
+        stored = start.hparams[field]
+        assert (stored.string_value if isinstance(value, str) else stored.bool_value if isinstance(value, bool)
+                else stored.number_value) == value, field
+    [end] = [data.session_end_info for data in hparams if data.HasField("session_end_info")]
+    assert end.status == 1  # STATUS_SUCCESS: the run trained to its end and was evaluated
+    images = {value.tag: (step, value.image) for step, value in by_plugin["image"]}
+    assert set(images) == {"plots/attention", "plots/spectra"}
+    for tag, (step, image) in images.items():
+        with open(os.path.join(workdir, "plots", f"{tag.split('/')[1]}.png"), "rb") as f:
+            width, height = struct.unpack(">II", f.read(24)[16:24])  # the PNG's IHDR chunk
+        assert (step, image.width, image.height) == (20, width, height)
+        assert image.encoded_image_string.startswith(b"\x89PNG")
 
 
 def test_tensorboard_events_hold_every_metric_the_run_logged(trained):

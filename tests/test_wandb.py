@@ -18,13 +18,17 @@ def fresh_wandb():
     wandb.teardown()
 
 
-def test_an_offline_run_writes_every_logged_key_to_the_workdir(tiny_config, tmp_path, monkeypatch):
+def test_an_offline_run_writes_every_logged_key_to_the_workdir(tiny_config, tmp_path, monkeypatch, capfd):
     from training import loop
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     config = tiny_config()
     config.eval.plots = True
     loop.train_and_evaluate(config, str(tmp_path))
+    # The run's own closing line ends what it prints: W&B prints no summary of its own.
+    printed = capfd.readouterr()
+    assert printed.out.strip().splitlines()[-1].startswith("done: 20 steps in ")
+    assert "Run summary:" not in printed.out + printed.err and "Run history:" not in printed.out + printed.err
     (run_dir,) = glob.glob(str(tmp_path / "wandb" / "offline-run-*"))
     (log_file,) = glob.glob(os.path.join(run_dir, "*.wandb"))
     with open(log_file, "rb") as f:

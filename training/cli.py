@@ -2,7 +2,6 @@
 the workdir ends in one line on stderr, `error: <field or file[:line]>: <what is wrong>; <what to do>`,
 and exit status 2, with no traceback unless --debug (or $ATTENTION_LAB_DEBUG=1) asks for it."""
 import ast
-import difflib
 import glob
 import importlib.util
 import os
@@ -15,9 +14,9 @@ from absl import app, flags
 
 from data.files import DataFileError
 from data.paths import REPOSITORY
-from training import atomic, interrupts
+from training import atomic, interrupts, workdirs
 from training.checkpoints import CheckpointError
-from training.config_checks import ConfigError
+from training.config_checks import ConfigError, did_you_mean
 from training.workdirs import WorkdirError
 
 DEBUG_VAR = "ATTENTION_LAB_DEBUG"
@@ -85,11 +84,21 @@ def _config_file_problem(spec: str | None) -> str | None:
     return None
 
 
-def _fields(tree, prefix: str = "") -> list[str]:
-    names = []
-    for key, value in tree.items():
-        names += _fields(value, f"{prefix}{key}.") if isinstance(value, dict) else [f"{prefix}{key}"]
-    return names
+def changes_from_preset(config, spec: str) -> dict[str, tuple]:
+    """field -> (its value in `spec`, the config file with its presets; its value in `config`) where they
+    differ: what the command line's overrides changed."""
+    preset = workdirs.flatten(_load_config(spec).to_dict())
+    return {field: (preset.get(field), value) for field, value in workdirs.flatten(config.to_dict()).items()
+            if preset.get(field) != value}
+
+
+def describe_config(config, spec: str) -> str:
+    """One line: the config file with its presets, and what the overrides changed in it."""
+    path, colon, arg = spec.partition(":")
+    shown = os.path.relpath(path, REPOSITORY) if path.startswith(REPOSITORY + os.sep) else path
+    changes = changes_from_preset(config, spec)
+    changed = ", ".join(f"{field}={value!r} (preset: {preset!r})" for field, (preset, value) in changes.items())
+    return f"config: {shown}{colon}{arg}" + (f"; changed: {changed}" if changed else "; as its presets set it")
 
 
 def _unknown_field(argv, default_config: str | None) -> str | None:
@@ -100,16 +109,16 @@ def _unknown_field(argv, default_config: str | None) -> str | None:
     if not overrides or not spec:
         return None
     try:
-        fields = _fields(_load_config(spec).to_dict())
+        fields = list(workdirs.flatten(_load_config(spec).to_dict()))
     except Exception:  # noqa: BLE001 - the config's own error is what the caller then reports
         return None
     for name in overrides:
         if name not in fields:
             parent = name.rpartition(".")[0]
-            close = difflib.get_close_matches(name, fields, n=3, cutoff=0.6) or [
-                field for field in fields if field.rpartition(".")[0] == parent]
-            return (f"--config.{name}: no such field of {spec}; " +
-                    (f"did you mean {', '.join(close)}?" if close else "see the config file for its fields"))
+            siblings = [field for field in fields if field.rpartition(".")[0] == parent]
+            hint = (did_you_mean(name, fields) or siblings and f"; did you mean {', '.join(siblings)}?" or
+                    "; see the config file for its fields")
+            return f"--config.{name}: no such field of {spec}{hint}"
     return None
 
 

@@ -1,5 +1,6 @@
 """What the config checks share: the error they raise and the checks of single fields, used by
 training/validate.py and by each task's own check_config (tasks/interface.py)."""
+import difflib
 import os
 
 
@@ -7,9 +8,16 @@ class ConfigError(ValueError):
     pass
 
 
+def did_you_mean(name: str, known) -> str:
+    """"; did you mean x, y?" naming the known names closest to a misspelled one, or "" if none is close."""
+    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.6) if isinstance(name, str) else []
+    return f"; did you mean {', '.join(close)}?" if close else ""
+
+
 def choice(field: str, value, allowed) -> None:
     if value not in allowed:
-        raise ConfigError(f"config.{field}={value!r} is not allowed; choose one of: {', '.join(allowed)}")
+        raise ConfigError(f"config.{field}={value!r} is not allowed; choose one of: {', '.join(allowed)}"
+                          f"{did_you_mean(value, allowed)}")
 
 
 def _get(config, dotted: str):

@@ -17,6 +17,8 @@ from training import atomic, devices, model_config, sharding, workdirs
 from training.steps import make_eval_step
 
 EVAL_FILE = "eval.json"  # the final evaluation, in the workdir
+SPECTRA_FILE = "spectra.json"
+ATTENTION_PLOT, SPECTRA_PLOT = "attention.png", "spectra.png"  # under plots/, with config.eval.plots
 ATTENTION_EXAMPLE = "attention_example.npz"  # under plots/: the weights of attention.png
 QUERY_TOKENS, KEY_TOKENS = ".query_tokens", ".key_tokens"  # an array's name in it: role + suffix
 
@@ -107,17 +109,13 @@ def attention_analysis(config, workdir, model, weights, query_len, key_len, toke
     singular_values = rank.attention_spectra(weights, query_len, key_len)
     summary = rank.summarize_attention(singular_values, query_len, key_len, bounds)
     spectra = {role: rank.mean_spectrum(s, query_len[role], key_len[role]) for role, s in singular_values.items()}
-    atomic.write_text(os.path.join(workdir, "spectra.json"),
+    atomic.write_text(os.path.join(workdir, SPECTRA_FILE),
                       json.dumps({role: spectrum.tolist() for role, spectrum in spectra.items()}))
-    plot_dir = os.path.join(workdir, "plots")
-    # Only example 0 is drawn, so only its unpadded block leaves the device. It is kept even without
-    # plots: a study's figure of every run side by side is drawn from it.
+    # Only example 0 is drawn (evaluate_and_write), so only its unpadded block leaves the device. It is kept
+    # even without plots: a study's figure of every run side by side is drawn from it.
     first = {role: jax.device_get(w[:, 0, :, : query_len[role][0], : key_len[role][0]])
              for role, w in weights.items()}
-    write_attention_example(os.path.join(plot_dir, ATTENTION_EXAMPLE), first, tokens_q, tokens_k)
-    if config.eval.plots:
-        plots.plot_attention_heatmaps(first, tokens_q, tokens_k, os.path.join(plot_dir, "attention.png"))
-        plots.plot_spectra(spectra, bounds, os.path.join(plot_dir, "spectra.png"))
+    write_attention_example(os.path.join(workdir, "plots", ATTENTION_EXAMPLE), first, tokens_q, tokens_k)
     return {"rank": summary,
             "shape": shape_rows(model, weights, query_len, key_len, query_positions or {}, selections or {})}
 
@@ -189,7 +187,7 @@ def evaluate_and_write(task, config, workdir: str, model, data, step: int) -> di
     """The final evaluation of `model` at `step` by `task`, written to eval.json in `workdir` (the run's, or
     the folder of an earlier step's evaluation beside it) and returned: the keys every task's eval.json has
     (step, task, split, num_examples, attention, metrics, state, config, runtime) around the task's own
-    extras (docs/design.md holds the schema)."""
+    extras (docs/design.md holds the schema); with config.eval.plots, its figures titled with the step."""
     measured = task.evaluate_model(config, workdir, model, data)
     result = {"step": int(step), "task": task.NAME, "split": measured.split,
               "num_examples": int(measured.num_examples),
@@ -197,4 +195,24 @@ def evaluate_and_write(task, config, workdir: str, model, data, step: int) -> di
               **measured.extras, "state": attention_state(model, measured.keys_attended),
               "config": workdirs.config_record(config), "runtime": devices.runtime()}
     atomic.write_text(os.path.join(workdir, EVAL_FILE), json.dumps(result, indent=1))
+    if config.eval.plots:
+        draw_evaluation_plots(workdir, result)
     return result
+
+
+def draw_evaluation_plots(workdir: str, result: dict) -> None:
+    """plots/attention.png and plots/spectra.png of the evaluation `result` (eval.json's content), from
+    the example's weights and spectra.json that it wrote, titled with the run, its kinds and the step. A
+    model without attention has neither."""
+    plot_dir, spectra_path = os.path.join(workdir, "plots"), os.path.join(workdir, SPECTRA_FILE)
+    if not os.path.exists(spectra_path):
+        return
+    title = plots.run_title(workdir, result["attention"], result["step"])
+    example = read_attention_example(os.path.join(plot_dir, ATTENTION_EXAMPLE))
+    plots.plot_attention_heatmaps({role: entry["weights"] for role, entry in example.items()},
+                                  {role: entry["query_tokens"] for role, entry in example.items()},
+                                  {role: entry["key_tokens"] for role, entry in example.items()},
+                                  os.path.join(plot_dir, ATTENTION_PLOT), title)
+    bounds = {row["role"]: row["rank_bound"] for row in result["rank"]}
+    spectra = {role: np.asarray(spectrum) for role, spectrum in workdirs.read_json(spectra_path).items()}
+    plots.plot_spectra(spectra, bounds, os.path.join(plot_dir, SPECTRA_PLOT), title)

@@ -147,18 +147,17 @@ def _metrics_writer(task, config, workdir: str, start_step: int) -> MetricsWrite
     twice."""
     kinds = tuple(sorted(set(model_config.role_kinds(config, task.roles(config)).values())))
     if jax.process_index() == 0:
-        return MetricsWriter(workdir, config, start_step, kinds)
+        return MetricsWriter(workdir, config, start_step, kinds, task.METRICS[0])
     quiet = config.copy_and_resolve_references()
     quiet.wandb.mode = "disabled"
     directory = os.path.join(workdir, f"process_{jax.process_index()}")
     os.makedirs(directory, exist_ok=True)
-    return MetricsWriter(directory, quiet, start_step, kinds)
+    return MetricsWriter(directory, quiet, start_step, kinds, task.METRICS[0])
 
 
 def _prepare(config, workdir: str):
     """Checks the workdir, then builds the task's data, the model and its sharded train state:
     (task, data, model, graphdef, state, shardings, mesh, runtime)."""
-    workdirs.check_restart(config, workdir)  # before anything in the workdir is written
     runtime = devices.runtime()
     print(f"devices: {devices.describe(runtime)}", flush=True)
     task = tasks.get(config.task)
@@ -203,8 +202,10 @@ def _evaluate_validation(task, config, writer: MetricsWriter, eval_step, state, 
     print(f"eval at step {done} | " + " | ".join(f"{k} {v:.4f}" for k, v in metrics.items()), flush=True)
 
 
-def train_and_evaluate(config, workdir: str) -> dict:
+def train_and_evaluate(config, workdir: str, *, evaluate_again: bool = False) -> dict:
     """Trains `config` in `workdir` (resuming from its latest checkpoint) and returns eval.json's content.
+    A run whose eval.json is at its last step is done: that eval.json is returned as it is, unless
+    `evaluate_again`.
 
     SIGTERM or SIGINT while it trains: it checkpoints the step it is at and raises SystemExit with the
     status of a process killed by that signal (see interrupts.StopRequest), for a restart to resume.
@@ -215,7 +216,25 @@ def train_and_evaluate(config, workdir: str) -> dict:
     validate.validate(config)
     # One process trains a workdir; a refused run leaves no empty workdir behind.
     with locks.held(workdir, "train.py", lock=jax.process_index() == 0):
+        workdirs.check_restart(config, workdir)  # before anything in the workdir is written
+        if not evaluate_again and (result := _finished(config, workdir)) is not None:
+            return result
         return _train(config, workdir)
+
+
+def test_summary(result: dict) -> str:
+    """The test metrics of eval.json's content, for the closing line."""
+    return ", ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items())
+
+
+def _finished(config, workdir: str) -> dict | None:
+    """eval.json's content where it evaluated the run's last step (said in the closing line), else None."""
+    path = os.path.join(workdir, evaluation.EVAL_FILE)
+    if not os.path.exists(path) or (result := workdirs.read_json(path)).get("step") != config.num_train_steps:
+        return None
+    print(f"done: {config.num_train_steps} steps, trained and evaluated before; test {test_summary(result)}; "
+          f"eval.json in {workdir} (--evaluate_again to evaluate it again)", flush=True)
+    return result
 
 
 def _train(config, workdir: str) -> dict:
@@ -259,7 +278,8 @@ def _train(config, workdir: str) -> dict:
 def _finish(task, config, workdir: str, model, state, data, writer: MetricsWriter, elapsed_s: float) -> dict:
     """The run's curves, the final evaluation of the trained model (eval.json) and the closing line."""
     if config.eval.plots and jax.process_index() == 0:  # the other hosts' metrics are the same
-        plots.plot_run_curves(read_metrics(workdir), os.path.join(workdir, "plots", plots.CURVES_PLOT))
+        title = plots.run_title(workdir, model_config.role_kinds(config, task.roles(config)), config.num_train_steps)
+        plots.plot_run_curves(read_metrics(workdir), os.path.join(workdir, "plots", plots.CURVES_PLOT), title)
     nnx.update(model, state["params"], state["rest"])
     try:
         result = evaluation.evaluate_and_write(task, config, workdir, model, data, config.num_train_steps)
@@ -269,8 +289,7 @@ def _finish(task, config, workdir: str, model, state, data, writer: MetricsWrite
         raise SystemExit(interrupts.INTERRUPTED_STATUS) from None
     writer.log_evaluation(config.num_train_steps, result, workdir)
     writer.close()
-    summary = ", ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items())
-    print(f"done: {config.num_train_steps} steps in {_format_duration(elapsed_s)}; test {summary}; "
+    print(f"done: {config.num_train_steps} steps in {_format_duration(elapsed_s)}; test {test_summary(result)}; "
           f"eval.json in {workdir}", flush=True)
     return result
 

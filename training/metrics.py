@@ -3,6 +3,7 @@ workdir and to Weights & Biases."""
 import json
 import os
 import secrets
+import textwrap
 
 import tensorboardX
 
@@ -15,6 +16,8 @@ from training import atomic, devices, workdirs
 RUN_ID_VAR, SWEEP_ID_VAR = "WANDB_RUN_ID", "WANDB_SWEEP_ID"
 RUN_ID_PLACEHOLDER = "{wandb_run_id}"  # in train.py's --workdir: one workdir per agent run
 METRICS_FILE = "metrics.jsonl"
+CONFIG_TEXT_TAG = "config"  # TensorBoard's text tab: the resolved config
+PLOTS = {"plots/attention": "attention.png", "plots/spectra": "spectra.png"}  # tag -> the file under plots/
 
 
 def wandb_mode(config) -> str:
@@ -132,8 +135,9 @@ class MetricsWriter:
     the restored step, so the file reads as if the run had never been interrupted. Every metric also goes
     to TensorBoard event files in the workdir, and to W&B when it is on."""
 
-    def __init__(self, workdir: str, config, resume_step: int, kinds: tuple[str, ...] = ()):
-        """`kinds`: the attention kinds of the run's model, its W&B tags with the task."""
+    def __init__(self, workdir: str, config, resume_step: int, kinds: tuple[str, ...] = (), headline: str = ""):
+        """`kinds`: the attention kinds of the run's model, its W&B tags with the task; `headline`: the task's
+        headline metric, the one TensorBoard's hparams tab shows."""
         self.path = os.path.join(workdir, METRICS_FILE)
         kept = self._kept_until(workdir, resume_step)  # read (a damaged file refused) before W&B starts,
         self.run = self._start_wandb(workdir, config, kinds) if wandb_mode(config) != "disabled" else None
@@ -144,6 +148,22 @@ class MetricsWriter:
         # the second it opened) from overwriting one another.
         self.events = tensorboardX.SummaryWriter(workdir, purge_step=resume_step + 1,
                                                  filename_suffix=f".{secrets.token_hex(4)}")
+        self._session_end = self._log_config(config, resume_step, headline)  # written once evaluated
+
+    def _log_config(self, config, step: int, headline: str):
+        """The resolved config to TensorBoard's text tab, and its fields with a single value (a study varies
+        some of them) as the hparams tab's hyperparameters, the headline metric on validation and test as
+        its metrics. Returns the summary that ends the hparams session, for close()."""
+        record = workdirs.config_record(config)
+        # Indented: a code block in the text tab's markdown, so the JSON keeps its lines.
+        self.events.add_text(CONFIG_TEXT_TAG, textwrap.indent(json.dumps(record, indent=1), "    "), step)
+        hyperparameters = {field: value for field, value in workdirs.flatten(record).items()
+                           if isinstance(value, (bool, int, float, str))}
+        experiment, session_start, session_end = tensorboardX.summary.hparams(
+            hyperparameters, dict.fromkeys(f"{split}/{headline}" for split in ("eval", "test")))
+        for summary in (experiment, session_start):
+            self.events.file_writer.add_summary(summary, step)
+        return session_end
 
     def _kept_until(self, workdir: str, step: int) -> str | None:
         """metrics.jsonl without its lines after `step`; None where it has none to drop (or no file)."""
@@ -158,6 +178,10 @@ class MetricsWriter:
     def _start_wandb(workdir: str, config, kinds: tuple[str, ...]):
         import wandb  # imported only when used: it is slow to import and tests disable it
 
+        # The run's own lines are its terminal's: no summary after its closing line, and no capture of
+        # stdout, whose wrapping by W&B delays lines written to a file (train.log keeps them for a study).
+        quiet = wandb.Settings(quiet=True, console="off")
+
         run_id, sweep_id = _run_id(workdir), os.environ.get(SWEEP_ID_VAR)
         # In a sweep, W&B takes the project and the run id from the agent and ignores (with a warning)
         # those passed here; the runs of a sweep share a group, the sweep's unless the config names one.
@@ -165,7 +189,7 @@ class MetricsWriter:
                           group=config.wandb.group or sweep_id or None, mode=wandb_mode(config), dir=workdir,
                           id=None if sweep_id else run_id, resume="allow",
                           config={**config.to_dict(), "runtime": devices.runtime()},
-                          tags=[config.task, *kinds])
+                          tags=[config.task, *kinds], settings=quiet)
 
     def write(self, step: int, split: str, elapsed_s: float, metrics: dict) -> None:
         record = {"step": step, "split": split, "elapsed_s": round(elapsed_s, 3), **metrics}
@@ -184,9 +208,12 @@ class MetricsWriter:
             self.run.log(scalars, step=step)
 
     def log_evaluation(self, step: int, result: dict, workdir: str) -> None:
-        """eval.json's evaluation_scalars to TensorBoard and W&B; to W&B also the rank and shape rows as tables,
-        spectra.json as line charts and the attention heat maps as an image."""
+        """eval.json's evaluation_scalars to TensorBoard and W&B; to TensorBoard also the heat maps and spectra
+        as images (with config.eval.plots); to W&B the rank and shape rows as tables, spectra.json as line
+        charts and the attention heat maps as an image."""
         self._log_scalars(step, evaluation_scalars(result))
+        self._log_plots(step, workdir)
+        self.events.file_writer.add_summary(self._session_end, step)  # the hparams session: trained to its end
         if self.run is None:
             return
         import wandb
@@ -195,9 +222,16 @@ class MetricsWriter:
         for key in ("rank", "shape"):
             if rows := result.get(key):
                 logged[f"{key}/table"] = wandb.Table(columns=list(rows[0]), data=[list(row.values()) for row in rows])
-        if os.path.exists(path := os.path.join(workdir, "plots", "attention.png")):
+        if os.path.exists(path := os.path.join(workdir, "plots", PLOTS["plots/attention"])):
             logged["plots/attention"] = wandb.Image(path)
         self.run.log(logged, step=step)
+
+    def _log_plots(self, step: int, workdir: str) -> None:
+        from matplotlib import image  # imported only here: a run's metrics need no plotting library
+
+        for tag, name in PLOTS.items():
+            if os.path.exists(path := os.path.join(workdir, "plots", name)):
+                self.events.add_image(tag, image.imread(path), step, dataformats="HWC")
 
     def mark_preempted(self) -> None:
         """Tells W&B the run stopped to be resumed: in a sweep, the agent then requeues it with the same
