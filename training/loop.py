@@ -176,7 +176,6 @@ def _restore(checkpoints: Checkpoints, state, workdir: str, total: int):
     if (restored := checkpoints.restore_latest(state)) is None:
         return 0, state, {"elapsed_s": 0.0}
     if restored[0] > total:
-        checkpoints.close()
         raise workdirs.WorkdirError(
             f"config.num_train_steps={total} is below step {restored[0]} of the latest checkpoint in "
             f"{checkpoints.directory}; a run is not shortened: set num_train_steps >= {restored[0]}, or train "
@@ -221,11 +220,19 @@ def train_and_evaluate(config, workdir: str) -> dict:
 def _train(config, workdir: str) -> dict:
     """train_and_evaluate once the config is checked and the workdir is this process's."""
     task, data, model, graphdef, state, shardings, mesh, runtime = _prepare(config, workdir)
-    checkpoints = Checkpoints(os.path.join(workdir, "checkpoints"))
-    start_step, state, metadata = _restore(checkpoints, state, workdir, config.num_train_steps)
-    atomic.write_text(os.path.join(workdir, workdirs.CONFIG_FILE),
-                      json.dumps({**workdirs.config_record(config), "runtime": runtime}, indent=1))
-    writer = _metrics_writer(task, config, workdir, start_step)
+    with Checkpoints(os.path.join(workdir, "checkpoints")) as checkpoints:
+        start_step, state, metadata = _restore(checkpoints, state, workdir, config.num_train_steps)
+        atomic.write_text(os.path.join(workdir, workdirs.CONFIG_FILE),
+                          json.dumps({**workdirs.config_record(config), "runtime": runtime}, indent=1))
+        writer = _metrics_writer(task, config, workdir, start_step)
+        state, elapsed_s = _train_steps(task, config, workdir, data, graphdef, shardings, mesh, state, start_step,
+                                        metadata, checkpoints, writer)
+    return _finish(task, config, workdir, model, state, data, writer, elapsed_s)
+
+
+def _train_steps(task, config, workdir: str, data, graphdef, shardings, mesh, state, start_step: int, metadata: dict,
+                 checkpoints: Checkpoints, writer: MetricsWriter):
+    """Trains from `start_step` to config.num_train_steps: (the trained state, the run's elapsed seconds)."""
     train_step, eval_step = _steps(task, config, graphdef, shardings)
     batch_size = sharding.global_batch_size(config.per_device_batch_size)
     started, total = time.time(), config.num_train_steps
@@ -252,8 +259,8 @@ def _train(config, workdir: str) -> dict:
                     checkpoints.save(done, state, {"elapsed_s": elapsed(), "window": window.host()})
             if stop.signum:
                 _exit_interrupted(done, stop, checkpoints, writer)
-    checkpoints.close()
-    return _finish(task, config, workdir, model, state, data, writer, elapsed())
+    checkpoints.close()  # the last save is complete (or its failure raised) before the final evaluation
+    return state, elapsed()
 
 
 def _finish(task, config, workdir: str, model, state, data, writer: MetricsWriter, elapsed_s: float) -> dict:
@@ -290,16 +297,14 @@ def evaluate(config, workdir: str) -> dict:
 
 def _evaluate_latest(config, workdir: str, directory: str) -> dict:
     task = tasks.get(config.task)
-    checkpoints = Checkpoints(directory)
-    if checkpoints.latest_step() is None:
-        checkpoints.close()
-        raise workdirs.WorkdirError(f"{directory}: no checkpoint; train first")
-    data = task.prepare_data(config, workdir)
-    model = task.create_model(config, data)
-    _, state = init_state(model, create_optimizer(config))  # the layout training checkpointed
-    state, _ = sharding.put_state(state, sharding.data_mesh(), config.sharding.params)
-    step, state, _ = checkpoints.restore_latest(state)  # past a damaged latest one, as training does
-    checkpoints.close()
+    with Checkpoints(directory) as checkpoints:
+        if checkpoints.latest_step() is None:
+            raise workdirs.WorkdirError(f"{directory}: no checkpoint; train first")
+        data = task.prepare_data(config, workdir)
+        model = task.create_model(config, data)
+        _, state = init_state(model, create_optimizer(config))  # the layout training checkpointed
+        state, _ = sharding.put_state(state, sharding.data_mesh(), config.sharding.params)
+        step, state, _ = checkpoints.restore_latest(state)  # past a damaged latest one, as training does
     nnx.update(model, state["params"], state["rest"])
     try:
         return task.evaluate_model(config, workdir, model, data, step)
