@@ -105,6 +105,13 @@ def disk_cause(error: BaseException) -> tuple[str | None, str] | None:
     return None
 
 
+def first_line(error: BaseException) -> str:
+    """`Type: the first line of its message`: TensorStore's and W&B's messages run to several long lines,
+    and the first says what failed."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0][:200] if lines else ''}"
+
+
 def causes(error: BaseException | None):
     """`error`, then what caused it, and so on."""
     seen = set()

@@ -78,14 +78,9 @@ def write_error(path: str, error: BaseException) -> CheckpointError | atomic.Dis
         return CheckpointError(f"{path}: the files of a checkpoint in it would have paths longer than the "
                                f"filesystem allows ({len(path)} characters already); train in a --workdir of a "
                                f"shorter path")
-    return CheckpointError(f"{path}: the checkpoint could not be written ({_first_line(error)}); the checkpoints "
+    return CheckpointError(f"{path}: the checkpoint could not be written ({atomic.first_line(error)}); the checkpoints "
                            f"before it are as they were: rerun the same command to resume from the latest")
 
-
-def _first_line(error: Exception) -> str:
-    # TensorStore's messages run to several long lines; the first says what failed.
-    lines = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0][:200] if lines else ''}"
 
 
 class Checkpoints:
@@ -156,11 +151,11 @@ class Checkpoints:
                 continue
             for bad_step, error in failed:
                 print(f"warning: checkpoint at step {bad_step} in {self.directory} does not restore "
-                      f"({_first_line(error)}); moved to {self._move_aside(bad_step)}, resuming from step {step}",
+                      f"({atomic.first_line(error)}); moved to {self._move_aside(bad_step)}, resuming from step {step}",
                       flush=True)
             return step, state, metadata
         if failed:
-            reasons = "; ".join(f"step {step}: {_first_line(error)}" for step, error in failed)
+            reasons = "; ".join(f"step {step}: {atomic.first_line(error)}" for step, error in failed)
             raise CheckpointError(
                 f"no checkpoint in {self.directory} restores ({reasons}). If the config changed since they were "
                 f"written, train in a new workdir; to start over, delete {self.directory}") from failed[-1][1]

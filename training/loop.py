@@ -14,8 +14,8 @@ from analysis import plots
 from attention import aux_losses
 from data.prefetch import prefetch
 import tasks
-from training import (atomic, devices, evaluation, interrupts, locks, model_config, profiling, sharding, validate,
-                      workdirs)
+from training import (atomic, devices, evaluation, interrupts, locks, metrics, model_config, profiling, sharding,
+                      validate, workdirs)
 from training.checkpoints import Checkpoints
 from training.metrics import MetricsWriter, read_metrics
 from training.steps import create_optimizer, init_state, learning_rate_schedule, make_eval_step, make_train_step
@@ -148,11 +148,9 @@ def _metrics_writer(task, config, workdir: str, start_step: int) -> MetricsWrite
     kinds = tuple(sorted(set(model_config.role_kinds(config, task.roles(config)).values())))
     if jax.process_index() == 0:
         return MetricsWriter(workdir, config, start_step, kinds)
-    quiet = config.copy_and_resolve_references()
-    quiet.wandb.mode = "disabled"
     directory = os.path.join(workdir, f"process_{jax.process_index()}")
     os.makedirs(directory, exist_ok=True)
-    return MetricsWriter(directory, quiet, start_step, kinds)
+    return MetricsWriter(directory, config, start_step, kinds, to_wandb=False)
 
 
 def _prepare(config, workdir: str):
@@ -212,6 +210,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
     validate.check_devices(config)
     sharding.initialize(config)  # before validate(), which already runs JAX code
     validate.validate(config)
+    if jax.process_index() == 0:  # the only process that logs to W&B
+        metrics.check_wandb(config, workdir)
     # One process trains a workdir; a refused run leaves no empty workdir behind.
     with locks.held(workdir, "train.py", lock=jax.process_index() == 0):
         return _train(config, workdir)
@@ -264,9 +264,10 @@ def _train_steps(task, config, workdir: str, data, graphdef, shardings, mesh, st
 
 
 def _finish(task, config, workdir: str, model, state, data, writer: MetricsWriter, elapsed_s: float) -> dict:
-    """The run's curves, the final evaluation of the trained model (eval.json) and the closing line."""
-    if config.eval.plots and jax.process_index() == 0:  # the other hosts' metrics are the same
-        plots.plot_run_curves(read_metrics(workdir), os.path.join(workdir, "plots", plots.CURVES_PLOT))
+    """The final evaluation of the trained model (eval.json), then the run's curves and the closing line.
+    The evaluation's collectives are the processes' last: they meet at JAX's shutdown barrier right after
+    it, before the work that one process does alone (the curves, W&B's upload) could keep the other
+    waiting there past its timeout."""
     nnx.update(model, state["params"], state["rest"])
     try:
         result = task.evaluate_model(config, workdir, model, data, config.num_train_steps)
@@ -274,6 +275,9 @@ def _finish(task, config, workdir: str, model, state, data, writer: MetricsWrite
         print(f"interrupted at step {config.num_train_steps} during the final evaluation: training is done and "
               f"checkpointed; restart the same command to evaluate it", flush=True)
         raise SystemExit(interrupts.INTERRUPTED_STATUS) from None
+    sharding.finish(config)
+    if config.eval.plots and jax.process_index() == 0:  # the other hosts' metrics are the same
+        plots.plot_run_curves(read_metrics(workdir), os.path.join(workdir, "plots", plots.CURVES_PLOT))
     writer.log_evaluation(config.num_train_steps, result, workdir)
     writer.close()
     summary = ", ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items())

@@ -3,6 +3,8 @@ workdir and to Weights & Biases."""
 import json
 import os
 import secrets
+import socket
+import urllib.parse
 
 import tensorboardX
 
@@ -15,6 +17,14 @@ from training import atomic, devices, workdirs
 RUN_ID_VAR, SWEEP_ID_VAR = "WANDB_RUN_ID", "WANDB_SWEEP_ID"
 RUN_ID_PLACEHOLDER = "{wandb_run_id}"  # in train.py's --workdir: one workdir per agent run
 METRICS_FILE = "metrics.jsonl"
+RUN_ID_FILE = "wandb_id.txt"
+DEFAULT_SERVER = "https://api.wandb.ai"
+SERVER_TIMEOUT_S = 5  # to open a connection to the W&B server: W&B itself retries for minutes
+OFFLINE = "or train without the server: WANDB_MODE=offline (then `wandb sync <workdir>/wandb/offline-run-*`)"
+
+
+class WandbError(RuntimeError):
+    """W&B cannot log this run: its one line names what to do."""
 
 
 def wandb_mode(config) -> str:
@@ -34,10 +44,49 @@ def resolve_workdir(workdir: str) -> str:
     return workdir.replace(RUN_ID_PLACEHOLDER, run_id)
 
 
+def check_wandb(config, workdir: str) -> None:
+    """Refuses, in seconds and before the workdir is touched, a run that W&B could not log: a wandb_id.txt
+    that holds no run id, and online, no API key or no server that answers. W&B's own failures come after
+    the run started (or after minutes of retries), in its tracebacks."""
+    mode = wandb_mode(config)
+    if mode == "disabled":
+        return
+    import wandb
+
+    id_path = os.path.join(workdir, RUN_ID_FILE)
+    if os.path.isfile(id_path):
+        with open(id_path, encoding="utf-8", errors="replace") as f:
+            run_id = f.read().strip()
+        try:
+            wandb.Settings(run_id=run_id)
+        except Exception as error:  # noqa: BLE001 - W&B's validation error, whatever its class
+            reason = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+            raise WandbError(f"{id_path}: not a W&B run id ({run_id[:40]!r}: {reason}); delete the file and rerun: "
+                             f"training resumes from its checkpoints, in a new W&B run") from None
+    if mode != "online":
+        return
+    try:
+        wandb.login(verify=False)  # reads the key from $WANDB_API_KEY or ~/.netrc; no network
+    except wandb.errors.UsageError:
+        raise WandbError(f"WANDB_MODE=online, but W&B has no API key: run `wandb login` (or set WANDB_API_KEY), "
+                         f"{OFFLINE}") from None
+    _check_server(os.environ.get("WANDB_BASE_URL") or DEFAULT_SERVER)
+
+
+def _check_server(url: str) -> None:
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        socket.create_connection((parts.hostname, port), timeout=SERVER_TIMEOUT_S).close()
+    except (OSError, ValueError, TypeError) as error:
+        raise WandbError(f"the W&B server {url} does not answer ({error}); check the network (or WANDB_BASE_URL), "
+                         f"{OFFLINE}") from None
+
+
 def _run_id(workdir: str) -> str:
     """The W&B run id of the workdir, kept in wandb_id.txt so that a resumed run continues the same W&B
     run: the agent's run id under `wandb agent` (or wherever $WANDB_RUN_ID is set), else a fresh one."""
-    id_path = os.path.join(workdir, "wandb_id.txt")
+    id_path = os.path.join(workdir, RUN_ID_FILE)
     given = os.environ.get(RUN_ID_VAR)
     if not os.path.exists(id_path):
         atomic.write_text(id_path, given or secrets.token_hex(4))
@@ -132,11 +181,13 @@ class MetricsWriter:
     the restored step, so the file reads as if the run had never been interrupted. Every metric also goes
     to TensorBoard event files in the workdir, and to W&B when it is on."""
 
-    def __init__(self, workdir: str, config, resume_step: int, kinds: tuple[str, ...] = ()):
-        """`kinds`: the attention kinds of the run's model, its W&B tags with the task."""
+    def __init__(self, workdir: str, config, resume_step: int, kinds: tuple[str, ...] = (), to_wandb: bool = True):
+        """`kinds`: the attention kinds of the run's model, its W&B tags with the task. `to_wandb=False`: never
+        to W&B, whatever the config or $WANDB_MODE say (the hosts after the first of a multi-host run)."""
         self.path = os.path.join(workdir, METRICS_FILE)
         self._truncate_after(workdir, resume_step)
-        self.run = self._start_wandb(workdir, config, kinds) if wandb_mode(config) != "disabled" else None
+        on = to_wandb and wandb_mode(config) != "disabled"
+        self.run = self._start_wandb(workdir, config, kinds) if on else None
         # A new event file per start; TensorBoard hides what earlier files hold from purge_step on, as
         # _truncate_after drops those lines. The suffix keeps two starts within a second (the file's name is
         # the second it opened) from overwriting one another.
@@ -160,11 +211,14 @@ class MetricsWriter:
         run_id, sweep_id = _run_id(workdir), os.environ.get(SWEEP_ID_VAR)
         # In a sweep, W&B takes the project and the run id from the agent and ignores (with a warning)
         # those passed here; the runs of a sweep share a group, the sweep's unless the config names one.
-        return wandb.init(project=None if sweep_id else config.wandb.project,
-                          group=config.wandb.group or sweep_id or None, mode=wandb_mode(config), dir=workdir,
-                          id=None if sweep_id else run_id, resume="allow",
-                          config={**config.to_dict(), "runtime": devices.runtime()},
-                          tags=[config.task, *kinds])
+        try:
+            return wandb.init(project=None if sweep_id else config.wandb.project,
+                              group=config.wandb.group or sweep_id or None, mode=wandb_mode(config), dir=workdir,
+                              id=None if sweep_id else run_id, resume="allow",
+                              config={**config.to_dict(), "runtime": devices.runtime()},
+                              tags=[config.task, *kinds])
+        except Exception as error:  # noqa: BLE001 - W&B raises its own classes, and those of its service
+            raise WandbError(f"W&B did not start the run ({atomic.first_line(error)}); {OFFLINE}") from error
 
     def write(self, step: int, split: str, elapsed_s: float, metrics: dict) -> None:
         record = {"step": step, "split": split, "elapsed_s": round(elapsed_s, 3), **metrics}
@@ -206,5 +260,11 @@ class MetricsWriter:
 
     def close(self) -> None:
         self.events.close()
-        if self.run is not None:
+        if self.run is None:
+            return
+        try:
             self.run.finish()
+        except Exception as error:  # noqa: BLE001 - the run's results are in the workdir whatever W&B says
+            print(f"warning: W&B did not finish its run ({atomic.first_line(error)}); the training and its files in the "
+                  f"workdir are complete; `wandb sync` uploads the run's directory in wandb/", flush=True)
+
