@@ -1,7 +1,8 @@
 """An offline W&B run (no account, no network) holds what the run logged: train, eval and test metrics,
-per-layer rank and shape scalars, attention state sizes, the rank and shape tables, the spectra as charts and the heat maps.
-What W&B cannot do is refused in one line, in seconds and before the workdir is touched (online without a key
-or a server that answers, a wandb_id.txt that holds no run id); a failing finish is a warning."""
+per-layer rank and shape scalars, attention state sizes, the rank and shape tables, the spectra as charts and
+the heat maps. What W&B cannot do is refused in one line, in seconds and before the workdir is touched
+(online without a key or a server that answers, a wandb_id.txt that holds no run id); a failing finish is a
+warning."""
 import glob
 import json
 import os
@@ -116,16 +117,22 @@ def test_a_wandb_id_file_that_holds_no_run_id_is_refused_before_config_json_chan
                                 rf"{re.escape(str(workdir / 'wandb_id.txt'))}: not a W&B run id .*; delete the file")
 
 
-def test_train_py_without_an_api_key_ends_in_one_line(tiny_config, tmp_path, no_wandb_login):
+@pytest.mark.parametrize("key", [None, "0" * 40], ids=["no_key", "unreachable_server"])
+def test_train_py_refused_by_wandb_ends_in_one_line(tiny_config, tmp_path, no_wandb_login, key):
     config = tiny_config()
+    env = {**os.environ, "ATTENTION_LAB_DEBUG": "0"}
+    if key:
+        env.update(WANDB_API_KEY=key, WANDB_BASE_URL="http://127.0.0.1:9")
     process = subprocess.run(
         [sys.executable, "train.py", "--config=configs/translation.py:tiny", f"--workdir={tmp_path / 'run'}",
          "--config.dataset.name=files", f"--config.dataset.train_file={config.dataset.train_file}",
          f"--config.dataset.test_file={config.dataset.test_file}"],
-        cwd=ROOT, env={**os.environ, "ATTENTION_LAB_DEBUG": "0"}, capture_output=True, text=True, timeout=300)
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert process.returncode == 2, process.stderr
     lines = process.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: WANDB_MODE=online, but W&B has no API key"), process.stderr
+    expected = ("error: the W&B server http://127.0.0.1:9 does not answer" if key else
+                "error: WANDB_MODE=online, but W&B has no API key")
+    assert len(lines) == 1 and lines[0].startswith(expected), process.stderr
     assert not (tmp_path / "run").exists()
 
 

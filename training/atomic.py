@@ -121,13 +121,13 @@ def causes(error: BaseException | None):
         error = error.__cause__ or error.__context__
 
 
-def disk_problem(error: BaseException, where: str = "the workdir") -> str | None:
-    """The one line for an error that a full or read-only disk caused (see disk_cause), naming the path
-    the error names, else `where`; None for any other error."""
+def disk_problem(error: BaseException) -> str | None:
+    """The one line for an error that a full or read-only disk caused (see disk_cause), naming the path the
+    error names; None for any other error."""
     if (cause := disk_cause(error)) is None:
         return None
     path, reason = cause
-    return disk_message(path or where, reason=reason)
+    return disk_message(path or "the workdir", reason=reason)
 
 
 def _path_in(text: str) -> str | None:

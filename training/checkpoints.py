@@ -78,9 +78,8 @@ def write_error(path: str, error: BaseException) -> CheckpointError | atomic.Dis
         return CheckpointError(f"{path}: the files of a checkpoint in it would have paths longer than the "
                                f"filesystem allows ({len(path)} characters already); train in a --workdir of a "
                                f"shorter path")
-    return CheckpointError(f"{path}: the checkpoint could not be written ({atomic.first_line(error)}); the checkpoints "
-                           f"before it are as they were: rerun the same command to resume from the latest")
-
+    return CheckpointError(f"{path}: the checkpoint could not be written ({atomic.first_line(error)}); the "
+                           f"checkpoints before it are as they were: rerun the same command to resume from the latest")
 
 
 class Checkpoints:

@@ -1,5 +1,7 @@
 """Metrics to `metrics.jsonl` (the file contract of docs/design.md), to TensorBoard event files in the
 workdir and to Weights & Biases."""
+import contextlib
+import io
 import json
 import os
 import secrets
@@ -65,8 +67,9 @@ def check_wandb(config, workdir: str) -> None:
                              f"training resumes from its checkpoints, in a new W&B run") from None
     if mode != "online":
         return
-    try:
-        wandb.login(verify=False)  # reads the key from $WANDB_API_KEY or ~/.netrc; no network
+    try:  # reads the key from $WANDB_API_KEY or ~/.netrc, without the network; its lines would precede ours
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            wandb.login(verify=False)
     except wandb.errors.UsageError:
         raise WandbError(f"WANDB_MODE=online, but W&B has no API key: run `wandb login` (or set WANDB_API_KEY), "
                          f"{OFFLINE}") from None
@@ -218,7 +221,8 @@ class MetricsWriter:
                               config={**config.to_dict(), "runtime": devices.runtime()},
                               tags=[config.task, *kinds])
         except Exception as error:  # noqa: BLE001 - W&B raises its own classes, and those of its service
-            raise WandbError(f"W&B did not start the run ({atomic.first_line(error)}); {OFFLINE}") from error
+            raise WandbError(f"W&B did not start the run ({atomic.first_line(error)}); check the network and "
+                             f"`wandb login`, {OFFLINE}") from error
 
     def write(self, step: int, split: str, elapsed_s: float, metrics: dict) -> None:
         record = {"step": step, "split": split, "elapsed_s": round(elapsed_s, 3), **metrics}
@@ -265,6 +269,6 @@ class MetricsWriter:
         try:
             self.run.finish()
         except Exception as error:  # noqa: BLE001 - the run's results are in the workdir whatever W&B says
-            print(f"warning: W&B did not finish its run ({atomic.first_line(error)}); the training and its files in the "
-                  f"workdir are complete; `wandb sync` uploads the run's directory in wandb/", flush=True)
+            print(f"warning: W&B did not finish its run ({atomic.first_line(error)}); the training and its files in "
+                  f"the workdir are complete; `wandb sync` uploads the run's directory in wandb/", flush=True)
 
