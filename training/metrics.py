@@ -1,8 +1,7 @@
 """Metrics to `metrics.jsonl` (the file contract of docs/design.md), to TensorBoard event files in the
 workdir and to Weights & Biases."""
-import contextlib
-import io
 import json
+import netrc
 import os
 import secrets
 import socket
@@ -67,13 +66,23 @@ def check_wandb(config, workdir: str) -> None:
                              f"training resumes from its checkpoints, in a new W&B run") from None
     if mode != "online":
         return
-    try:  # reads the key from $WANDB_API_KEY or ~/.netrc, without the network; its lines would precede ours
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            wandb.login(verify=False)
-    except wandb.errors.UsageError:
+    server = os.environ.get("WANDB_BASE_URL") or DEFAULT_SERVER
+    if not _has_api_key(server):
         raise WandbError(f"WANDB_MODE=online, but W&B has no API key: run `wandb login` (or set WANDB_API_KEY), "
-                         f"{OFFLINE}") from None
-    _check_server(os.environ.get("WANDB_BASE_URL") or DEFAULT_SERVER)
+                         f"{OFFLINE}")
+    _check_server(server)
+
+
+def _has_api_key(server: str) -> bool:
+    """Whether W&B finds credentials where it looks first: the environment, or the netrc entry of the server
+    that `wandb login` writes. Read here: wandb.login() itself starts W&B's service, and can wait on it."""
+    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
+        return True
+    try:
+        entries = netrc.netrc(os.environ.get("NETRC") or os.path.expanduser("~/.netrc"))
+    except (OSError, netrc.NetrcParseError):
+        return False
+    return entries.authenticators(urllib.parse.urlsplit(server).hostname or "") is not None
 
 
 def _check_server(url: str) -> None:
