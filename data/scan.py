@@ -4,7 +4,7 @@ import zlib
 
 import tensorflow_datasets as tfds
 
-from data import scan_grammar
+from data import local_builder, scan_grammar
 from data.local_builder import LocalBuilder
 
 _CITATION = """\
@@ -59,8 +59,7 @@ def load_split(split: str, data_dir: str) -> tuple[Pairs, Pairs]:
         raise ValueError(
             f"dataset.split={split!r} is not a SCAN split; choose one of: {', '.join(scan_grammar.SPLITS)}"
         )
-    builder = Scan(config=split, data_dir=data_dir, file_format="array_record")
-    builder.download_and_prepare()
+    builder = local_builder.prepared(Scan, config=split, data_dir=data_dir, file_format="array_record")
     return _read(builder, "train"), _read(builder, "test")
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import pydoc_data.topics
 import tensorflow_datasets as tfds
 
+from data import local_builder
 from data.local_builder import LocalBuilder
 
 SPLITS = ("train", "validation", "test")
@@ -296,8 +297,7 @@ def load_documents(split: str, data_dir: str, corpus: str = "stdlib") -> list[st
         raise ValueError(f"split={split!r} is not a corpus split; choose one of: {', '.join(SPLITS)}")
     _check_corpus(corpus)
     config = next(config for config in PydocCorpus.BUILDER_CONFIGS if config.corpus == corpus)
-    builder = PydocCorpus(config=config, data_dir=data_dir, file_format="array_record")
-    builder.download_and_prepare()
+    builder = local_builder.prepared(PydocCorpus, config=config, data_dir=data_dir, file_format="array_record")
     # TFDS writes records in the order of their hashed keys, so the order is restored by sorting.
     examples = [(ex["name"], ex["text"]) for ex in builder.as_data_source(split=split)]
     return [text.decode("utf-8") for _, text in sorted(examples)]

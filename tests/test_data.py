@@ -1,7 +1,10 @@
 """Data package: SCAN against the paper's counts and examples, the TFDS builder, user files, vocabularies."""
 
+import errno
+import os
 import re
-
+import subprocess
+import sys
 import zlib
 
 import numpy as np
@@ -10,6 +13,7 @@ import pytest
 from data import scan, scan_grammar
 from data.files import DataFileError, read_parallel_file
 from data.vocab import Vocabulary
+from training import atomic
 
 NUM_SCAN_COMMANDS = 20_910
 ACTION_NAMES = {"I_WALK", "I_LOOK", "I_RUN", "I_JUMP", "I_TURN_LEFT", "I_TURN_RIGHT"}
@@ -152,6 +156,37 @@ def test_unknown_split_is_rejected_before_building(tmp_path):
     with pytest.raises(ValueError, match="dataset.split='xyz'.*simple, length, add_jump, add_turn_left"):
         scan.load_split("xyz", str(tmp_path))
     assert list(tmp_path.iterdir()) == []
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LOAD_SIMPLE = ("import sys\nfrom data import scan\ntrain, test = scan.load_split('simple', sys.argv[1])\n"
+               "print('read', len(train), len(test), flush=True)")
+
+
+def test_two_processes_building_a_dataset_build_it_once_and_remove_what_a_killed_build_left(tmp_path):
+    leftover = tmp_path / "scan" / "simple" / "incomplete.KILLED_1.1.0"  # TFDS's folder of a build cut short
+    leftover.mkdir(parents=True)
+    (leftover / "train.array_record-00000-of-00001").write_bytes(b"half")
+    builders = [subprocess.Popen([sys.executable, "-c", LOAD_SIMPLE, str(tmp_path)], cwd=ROOT, text=True,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for _ in range(2)]
+    outputs = [builder.communicate(timeout=600)[0] for builder in builders]
+    assert [builder.returncode for builder in builders] == [0, 0], outputs
+    train, test = scan_grammar.simple()
+    assert [output.strip().splitlines()[-1] for output in outputs] == [f"read {len(train)} {len(test)}"] * 2, outputs
+    assert sum(output.count("building dataset scan/simple/1.1.0") for output in outputs) == 1, outputs
+    assert not [name for name in os.listdir(tmp_path / "scan" / "simple") if name.startswith("incomplete.")]
+
+
+def test_a_full_disk_during_a_build_names_the_dataset_folder_and_leaves_nothing_half_built(tmp_path, monkeypatch):
+    def disk_full(self, pairs):
+        yield 0, {"source": "walk", "target": "I_WALK"}
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(scan.Scan, "_generate_examples", disk_full)
+    target = tmp_path / "scan" / "simple" / "1.1.0"
+    with pytest.raises(atomic.DiskError, match=rf"^{re.escape(str(target))}: No space left on device; "):
+        scan.load_split("simple", str(tmp_path))
+    assert not [name for name in os.listdir(tmp_path / "scan" / "simple") if not name.endswith(".lock")]
 
 
 LIMITS = (256, 256)  # max source and target words: the config's defaults

@@ -9,6 +9,7 @@ import json
 import lzma
 import math
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -17,6 +18,8 @@ import pytest
 from configs import mlm as mlm_config
 from data import mlm, mlm_corpus, paths, text_corpus
 from data.tokenizer import EOS, MASK, NUM_SPECIAL, PAD, Tokenizer, load_or_train, train_sentencepiece
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # `training` (and with it jax) is imported in the tests that need it, after the stdlib parses: with jax's
 # objects in memory, the garbage collector makes those parses ~50% slower.
@@ -351,3 +354,50 @@ def test_load_or_train_reads_the_texts_only_when_the_model_is_missing(tmp_path):
     trained = load_or_train(path, texts, vocab_size=100, model_type="unigram")
     loaded = load_or_train(path, texts, vocab_size=100, model_type="unigram")
     assert len(calls) == 1 and loaded.encode(ORDINARY_TEXT) == trained.encode(ORDINARY_TEXT)
+
+
+def test_a_tokenizer_model_that_is_no_model_is_trained_again_with_a_warning(tmp_path, capsys):
+    path, reference = str(tmp_path / "m.model"), str(tmp_path / "reference.model")
+    with open(path, "wb") as f:
+        f.write(b"\x00 not a ModelProto \xff" * 10)  # a cut copy, a disk error, another file under its name
+    rebuilt = load_or_train(path, lambda: TINY_CORPUS, vocab_size=100)
+    assert capsys.readouterr().out.startswith(f"warning: {path}: not a SentencePiece model (")
+    train_sentencepiece(TINY_CORPUS, reference, vocab_size=100)  # byte-deterministic: the model it should be
+    with open(path, "rb") as got, open(reference, "rb") as expected:
+        assert got.read() == expected.read()
+    assert rebuilt.decode(rebuilt.encode(ORDINARY_TEXT)) == ORDINARY_TEXT
+
+
+def test_a_tokenizer_being_trained_by_another_process_is_waited_for_then_read(tmp_path):
+    from training import locks
+
+    path, finished = str(tmp_path / "m.model"), str(tmp_path / "finished.model")
+    train_sentencepiece(TINY_CORPUS, finished, vocab_size=100)
+    # Another builder: holds the model's lock, writes the model 1 s later, then lets go.
+    builder = subprocess.Popen(
+        [sys.executable, "-c", "import shutil, sys, time\nfrom training import locks\n"
+         "with locks.building(sys.argv[1]):\n    print('building', flush=True)\n    time.sleep(1)\n"
+         "    shutil.copy(sys.argv[2], sys.argv[1])", path, finished],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert builder.stdout.readline().strip() == "building"
+
+        def never_called():
+            raise AssertionError("trained a second time")
+
+        tokenizer = load_or_train(path, never_called, vocab_size=100)
+    finally:
+        builder.wait(timeout=60)
+    assert tokenizer.encode(ORDINARY_TEXT) == Tokenizer.load(finished).encode(ORDINARY_TEXT)
+    assert locks.holder(str(tmp_path)) is None  # the workdir lock is another file: untouched
+
+
+def test_a_text_of_one_line_longer_than_sentencepiece_reads_is_cut_into_sentences(tmp_path):
+    """SentencePiece skips a line over 4192 bytes: a text that is one long line (here 0.3 MB) trained no model."""
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "theta", "kappa"]
+    line = " ".join(words[(i * 7 + i // 8) % len(words)] for i in range(50_000))
+    tokenizer = load_or_train(str(tmp_path / "m.model"), lambda: [line], vocab_size=40)
+    pieces = {tokenizer.piece(i) for i in range(tokenizer.vocab_size)}
+    assert {f"▁{word}" for word in words} <= pieces  # every word learned whole
+    prefix = " ".join(line.split(" ")[:30])
+    assert tokenizer.decode(tokenizer.encode(prefix)) == prefix

@@ -12,7 +12,7 @@ import pytest
 
 from tasks import translation
 from training import atomic, evaluation, locks, loop, workdirs
-from training.checkpoints import CheckpointError, Checkpoints
+from training.checkpoints import CheckpointError, Checkpoints, write_error
 from training.metrics import METRICS_FILE, MetricsWriter, read_metrics
 from training.workdirs import CONFIG_FILE, WorkdirError
 
@@ -257,3 +257,72 @@ def test_atomic_writes_give_the_file_the_mode_of_an_ordinary_one(tmp_path, monke
         os.umask(previous)
     mode = stat.S_IMODE(os.stat(tmp_path / "eval.json").st_mode)
     assert mode == 0o666 & ~umask == stat.S_IMODE(os.stat(tmp_path / "metrics.jsonl").st_mode)
+
+
+def _tree_bytes(directory: str) -> dict[str, bytes]:
+    contents = {}
+    for parent, _, names in os.walk(directory):
+        for name in names:
+            with open(os.path.join(parent, name), "rb") as f:
+                contents[os.path.relpath(os.path.join(parent, name), directory)] = f.read()
+    return contents
+
+
+def test_a_checkpoint_the_disk_refuses_ends_in_one_line_and_keeps_the_ones_before(finished, copy):
+    """Orbax writes in its own threads: the failure is reported once, by the main thread, with nothing of
+    Orbax's tracebacks, its event loops or its unretrieved futures, and checkpoints 3 and 6 stay as they were."""
+    checkpoints = os.path.join(copy, "checkpoints")
+    before = {step: _tree_bytes(os.path.join(checkpoints, step)) for step in ("3", "6")}
+    # 20 kB: config.json, metrics.jsonl and the compiled steps fit; a checkpoint's files do not.
+    small_disk = SMALL_DISK_TRAIN.replace("(256,", "(20_000,")
+    flags = [*_train_flags(finished[0], copy), "--config.num_train_steps=9",
+             "--config.resume_with_changes=num_train_steps"]
+    env = {**os.environ, "WANDB_MODE": "disabled", "JAX_PLATFORMS": "cpu"}
+    env.pop("ATTENTION_LAB_DEBUG", None)
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)  # its entries are larger than the limit
+    process = subprocess.run([sys.executable, "-c", small_disk, *flags], cwd=ROOT, env=env, capture_output=True,
+                             text=True, timeout=300)
+    assert process.returncode == 2, process.stdout + process.stderr
+    assert process.stderr.strip().splitlines() == [
+        f"error: {os.path.join(checkpoints, '9')}: File too large; the files already in {checkpoints} are as "
+        f"they were. Free space on its disk (or make it writable, or raise `ulimit -f`), then rerun the same "
+        f"command"], process.stderr
+    assert "Traceback" not in process.stdout and "Event loop" not in process.stdout, process.stdout
+    assert "step 9/9" in process.stdout  # training reached its end; only the save failed
+    assert {step: _tree_bytes(os.path.join(checkpoints, step)) for step in ("3", "6")} == before
+    assert sorted(name for name in os.listdir(checkpoints) if name.isdigit()) == ["3", "6"]
+
+
+def test_checkpoint_write_errors_name_the_step_and_the_fix(tmp_path):
+    step = "/runs/x/checkpoints/9"
+    full = ValueError('OUT_OF_RANGE: Error writing local file "/runs/x/checkpoints/9.orbax-checkpoint-tmp/d/1": '
+                      'No space left on device')
+    assert str(write_error(step, full)) == atomic.disk_message(step, reason="No space left on device")
+    read_only = RuntimeError("commit failed")
+    read_only.__cause__ = OSError(errno.EROFS, os.strerror(errno.EROFS), "/runs/x/checkpoints/9.orbax-checkpoint-tmp")
+    assert isinstance(write_error(step, read_only), atomic.DiskError)
+    assert str(write_error(step, read_only)).startswith(f"{step}: Read-only file system; the files already in "
+                                                        f"/runs/x/checkpoints are as they were")
+    other = write_error(step, KeyError("shape"))
+    assert str(other).startswith(f"{step}: the checkpoint could not be written (KeyError: 'shape')")
+
+
+def test_a_checkpoint_path_over_the_filesystem_limit_is_one_error(tmp_path, capfd):
+    """Each name fits, the directory exists, but the files a checkpoint writes under it pass PATH_MAX."""
+    import jax.numpy as jnp
+
+    path, previous = str(tmp_path), os.getcwd()
+    try:
+        os.chdir(tmp_path)
+        while len(path) < 3990:  # made relative to the current directory: mkdir itself refuses a long path
+            name = "d" * min(200, 3990 - len(path))
+            os.mkdir(name)
+            os.chdir(name)
+            path = os.path.join(path, name)
+    finally:
+        os.chdir(previous)
+    with pytest.raises(CheckpointError, match="would have paths longer than the filesystem allows"):
+        with Checkpoints(os.path.join(path, "checkpoints")) as checkpoints:
+            checkpoints.save(1, {"x": jnp.arange(4.0)}, {})
+    captured = capfd.readouterr()
+    assert "Traceback" not in captured.err + captured.out, captured.err

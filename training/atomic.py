@@ -91,20 +91,43 @@ def _sync_directory(directory: str) -> None:
         os.close(fd)
 
 
-def disk_problem(error: BaseException) -> str | None:
-    """The one line for an error that a full or read-only disk caused, anywhere in its chain of causes
-    (Orbax and TensorStore wrap the OSError, or only keep its words); None for any other error."""
+def disk_cause(error: BaseException) -> tuple[str | None, str] | None:
+    """(the path it names, or None; the reason) of an error that a full or read-only disk caused, anywhere
+    in its chain of causes (Orbax and TensorStore wrap the OSError, or only keep its words); None for any
+    other error."""
+    for cause in causes(error):
+        if isinstance(cause, OSError) and cause.errno in DISK_ERRNOS:
+            return cause.filename, os.strerror(cause.errno)
+        text = str(cause)
+        for words in _DISK_WORDS:
+            if words in text:
+                return _path_in(text), words
+    return None
+
+
+def first_line(error: BaseException) -> str:
+    """`Type: the first line of its message`: TensorStore's and W&B's messages run to several long lines,
+    and the first says what failed."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0][:200] if lines else ''}"
+
+
+def causes(error: BaseException | None):
+    """`error`, then what caused it, and so on."""
     seen = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
-        if isinstance(error, OSError) and error.errno in DISK_ERRNOS:
-            return disk_message(error.filename or "the workdir", error)
-        text = str(error)
-        for words in _DISK_WORDS:
-            if words in text:
-                return disk_message(_path_in(text) or "the workdir", reason=words)
+        yield error
         error = error.__cause__ or error.__context__
-    return None
+
+
+def disk_problem(error: BaseException) -> str | None:
+    """The one line for an error that a full or read-only disk caused (see disk_cause), naming the path the
+    error names; None for any other error."""
+    if (cause := disk_cause(error)) is None:
+        return None
+    path, reason = cause
+    return disk_message(path or "the workdir", reason=reason)
 
 
 def _path_in(text: str) -> str | None:

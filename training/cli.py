@@ -17,12 +17,13 @@ from data.paths import REPOSITORY
 from training import atomic, interrupts, workdirs
 from training.checkpoints import CheckpointError
 from training.config_checks import ConfigError, did_you_mean
+from training.metrics import WandbError
 from training.workdirs import WorkdirError
 
 DEBUG_VAR = "ATTENTION_LAB_DEBUG"
 EXIT_STATUS = 2  # a command the user can correct, as argparse and absl use for bad flags
 # A non-finite step that stops the run (config.nonfinite="stop") says which step and what to change.
-USER_ERRORS = (ConfigError, DataFileError, WorkdirError, CheckpointError, FloatingPointError)
+USER_ERRORS = (ConfigError, DataFileError, WorkdirError, CheckpointError, FloatingPointError, WandbError)
 WORKDIR_CONFIG = "configs/workdir.py"  # the config a workdir's config.json holds (eval.py's default)
 HELP_FLAGS = ("--help", "-h", "-?", "--helpshort", "--helpfull")
 

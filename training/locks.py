@@ -1,4 +1,6 @@
-"""One process at a time in a workdir: train.py and eval.py hold an exclusive flock on `<workdir>/.lock`
+"""One process at a time in a workdir, and one builder at a time of a dataset or a tokenizer (building()).
+
+train.py and eval.py hold an exclusive flock on `<workdir>/.lock`
 (the file holds the holder's PID and command) for as long as they run, so a second train.py, an eval.py
 during training, or a study rerun beside a training it left running is refused in one line naming the PID,
 before it reads or writes anything. The kernel releases the lock when the process ends, however it ends
@@ -45,12 +47,22 @@ def holder(workdir: str) -> str | None:
         os.close(fd)  # releases the probe's shared lock
 
 
-def _open_locked(workdir: str, command: str) -> int:
-    path = os.path.join(workdir, LOCK_FILE)
+def _open(path: str) -> int:
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as error:
         raise atomic.user_error(path, error) from None
+
+
+def _claim(fd: int, command: str) -> None:
+    """Writes the holder's PID and command into the lock file it holds."""
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()} {command}\n".encode())
+
+
+def _open_locked(workdir: str, command: str) -> int:
+    path = os.path.join(workdir, LOCK_FILE)
+    fd = _open(path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -58,9 +70,27 @@ def _open_locked(workdir: str, command: str) -> int:
         os.close(fd)
         raise WorkdirError(f"--workdir={workdir}: in use by {who}, which holds {path}; wait for it to end or "
                            f"stop it (SIGTERM: training checkpoints first), then rerun") from None
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()} {command}\n".encode())
+    _claim(fd, command)
     return fd
+
+
+@contextlib.contextmanager
+def building(target: str):
+    """The block runs holding an exclusive flock on `<target>.lock`, waiting (and saying so) while another
+    process holds it: of two processes that build the same dataset or tokenizer, the second waits, then
+    finds it built (the block checks again what it holds the lock for)."""
+    os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
+    fd = _open(f"{target}.lock")
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"waiting for {_holder_text(fd)}, which builds {target}", flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        _claim(fd, f"building {os.path.basename(target)}")
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 @contextlib.contextmanager

@@ -14,8 +14,8 @@ from analysis import plots
 from attention import aux_losses
 from data.prefetch import prefetch
 import tasks
-from training import (atomic, devices, evaluation, interrupts, locks, model_config, profiling, sharding, validate,
-                      workdirs)
+from training import (atomic, devices, evaluation, interrupts, locks, metrics, model_config, profiling, sharding,
+                      validate, workdirs)
 from training.checkpoints import Checkpoints
 from training.metrics import MetricsWriter, read_metrics
 from training.steps import create_optimizer, init_state, learning_rate_schedule, make_eval_step, make_train_step
@@ -148,11 +148,9 @@ def _metrics_writer(task, config, workdir: str, start_step: int) -> MetricsWrite
     kinds = tuple(sorted(set(model_config.role_kinds(config, task.roles(config)).values())))
     if jax.process_index() == 0:
         return MetricsWriter(workdir, config, start_step, kinds, task.METRICS[0])
-    quiet = config.copy_and_resolve_references()
-    quiet.wandb.mode = "disabled"
     directory = os.path.join(workdir, f"process_{jax.process_index()}")
     os.makedirs(directory, exist_ok=True)
-    return MetricsWriter(directory, quiet, start_step, kinds, task.METRICS[0])
+    return MetricsWriter(directory, config, start_step, kinds, task.METRICS[0], to_wandb=False)
 
 
 def _prepare(config, workdir: str):
@@ -175,7 +173,6 @@ def _restore(checkpoints: Checkpoints, state, workdir: str, total: int):
     if (restored := checkpoints.restore_latest(state)) is None:
         return 0, state, {"elapsed_s": 0.0}
     if restored[0] > total:
-        checkpoints.close()
         raise workdirs.WorkdirError(
             f"config.num_train_steps={total} is below step {restored[0]} of the latest checkpoint in "
             f"{checkpoints.directory}; a run is not shortened: set num_train_steps >= {restored[0]}, or train "
@@ -214,6 +211,8 @@ def train_and_evaluate(config, workdir: str, *, evaluate_again: bool = False) ->
     validate.check_devices(config)
     sharding.initialize(config)  # before validate(), which already runs JAX code
     validate.validate(config)
+    if jax.process_index() == 0:  # the only process that logs to W&B
+        metrics.check_wandb(config, workdir)
     # One process trains a workdir; a refused run leaves no empty workdir behind.
     with locks.held(workdir, "train.py", lock=jax.process_index() == 0):
         workdirs.check_restart(config, workdir)  # before anything in the workdir is written
@@ -240,11 +239,19 @@ def _finished(config, workdir: str) -> dict | None:
 def _train(config, workdir: str) -> dict:
     """train_and_evaluate once the config is checked and the workdir is this process's."""
     task, data, model, graphdef, state, shardings, mesh, runtime = _prepare(config, workdir)
-    checkpoints = Checkpoints(os.path.join(workdir, workdirs.CHECKPOINTS_DIR))
-    start_step, state, metadata = _restore(checkpoints, state, workdir, config.num_train_steps)
-    writer = _metrics_writer(task, config, workdir, start_step)  # W&B may refuse the run: config.json waits
-    atomic.write_text(os.path.join(workdir, workdirs.CONFIG_FILE),
-                      json.dumps({**workdirs.config_record(config), "runtime": runtime}, indent=1))
+    with Checkpoints(os.path.join(workdir, workdirs.CHECKPOINTS_DIR)) as checkpoints:
+        start_step, state, metadata = _restore(checkpoints, state, workdir, config.num_train_steps)
+        writer = _metrics_writer(task, config, workdir, start_step)  # W&B may refuse the run: config.json waits
+        atomic.write_text(os.path.join(workdir, workdirs.CONFIG_FILE),
+                          json.dumps({**workdirs.config_record(config), "runtime": runtime}, indent=1))
+        state, elapsed_s = _train_steps(task, config, workdir, data, graphdef, shardings, mesh, state, start_step,
+                                        metadata, checkpoints, writer)
+    return _finish(task, config, workdir, model, state, data, writer, elapsed_s)
+
+
+def _train_steps(task, config, workdir: str, data, graphdef, shardings, mesh, state, start_step: int, metadata: dict,
+                 checkpoints: Checkpoints, writer: MetricsWriter):
+    """Trains from `start_step` to config.num_train_steps: (the trained state, the run's elapsed seconds)."""
     train_step, eval_step = _steps(task, config, graphdef, shardings)
     batch_size = sharding.global_batch_size(config.per_device_batch_size)
     started, total = time.time(), config.num_train_steps
@@ -271,15 +278,15 @@ def _train(config, workdir: str) -> dict:
                     checkpoints.save(done, state, {"elapsed_s": elapsed(), "window": window.host()})
             if stop.signum:
                 _exit_interrupted(done, stop, checkpoints, writer)
-    checkpoints.close()
-    return _finish(task, config, workdir, model, state, data, writer, elapsed())
+    checkpoints.close()  # the last save is complete (or its failure raised) before the final evaluation
+    return state, elapsed()
 
 
 def _finish(task, config, workdir: str, model, state, data, writer: MetricsWriter, elapsed_s: float) -> dict:
-    """The run's curves, the final evaluation of the trained model (eval.json) and the closing line."""
-    if config.eval.plots and jax.process_index() == 0:  # the other hosts' metrics are the same
-        title = plots.run_title(workdir, model_config.role_kinds(config, task.roles(config)), config.num_train_steps)
-        plots.plot_run_curves(read_metrics(workdir), os.path.join(workdir, "plots", plots.CURVES_PLOT), title)
+    """The final evaluation of the trained model (eval.json), then the run's curves and the closing line.
+    The evaluation's collectives are the processes' last: they meet at JAX's shutdown barrier right after
+    it, before the work that one process does alone (the curves, W&B's upload) could keep the other
+    waiting there past its timeout."""
     nnx.update(model, state["params"], state["rest"])
     try:
         result = evaluation.evaluate_and_write(task, config, workdir, model, data, config.num_train_steps)
@@ -287,6 +294,10 @@ def _finish(task, config, workdir: str, model, state, data, writer: MetricsWrite
         print(f"interrupted at step {config.num_train_steps} during the final evaluation: training is done and "
               f"checkpointed; restart the same command to evaluate it", flush=True)
         raise SystemExit(interrupts.INTERRUPTED_STATUS) from None
+    sharding.finish(config)
+    if config.eval.plots and jax.process_index() == 0:  # the other hosts' metrics are the same
+        title = plots.run_title(workdir, model_config.role_kinds(config, task.roles(config)), config.num_train_steps)
+        plots.plot_run_curves(read_metrics(workdir), os.path.join(workdir, "plots", plots.CURVES_PLOT), title)
     writer.log_evaluation(config.num_train_steps, result, workdir)
     writer.close()
     print(f"done: {config.num_train_steps} steps in {_format_duration(elapsed_s)}; test {test_summary(result)}; "
@@ -327,16 +338,14 @@ def _evaluation_dir(workdir: str, step: int) -> str:
 
 def _evaluate_latest(config, workdir: str, directory: str) -> dict:
     task = tasks.get(config.task)
-    checkpoints = Checkpoints(directory)
-    if checkpoints.latest_step() is None:
-        checkpoints.close()
-        raise workdirs.WorkdirError(f"{directory}: no checkpoint; train first")
-    data = task.prepare_data(config, workdir)
-    model = task.create_model(config, data)
-    _, state = init_state(model, create_optimizer(config))  # the layout training checkpointed
-    state, _ = sharding.put_state(state, sharding.data_mesh(), config.sharding.params)
-    step, state, _ = checkpoints.restore_latest(state)  # past a damaged latest one, as training does
-    checkpoints.close()
+    with Checkpoints(directory) as checkpoints:
+        if checkpoints.latest_step() is None:
+            raise workdirs.WorkdirError(f"{directory}: no checkpoint; train first")
+        data = task.prepare_data(config, workdir)
+        model = task.create_model(config, data)
+        _, state = init_state(model, create_optimizer(config))  # the layout training checkpointed
+        state, _ = sharding.put_state(state, sharding.data_mesh(), config.sharding.params)
+        step, state, _ = checkpoints.restore_latest(state)  # past a damaged latest one, as training does
     nnx.update(model, state["params"], state["rest"])
     try:
         return evaluation.evaluate_and_write(task, config, _evaluation_dir(workdir, step), model, data, step)

@@ -1,9 +1,12 @@
 """Metrics to `metrics.jsonl` (the file contract of docs/design.md), to TensorBoard event files in the
 workdir and to Weights & Biases."""
 import json
+import netrc
 import os
 import secrets
+import socket
 import textwrap
+import urllib.parse
 
 import tensorboardX
 
@@ -18,6 +21,14 @@ RUN_ID_PLACEHOLDER = "{wandb_run_id}"  # in train.py's --workdir: one workdir pe
 METRICS_FILE = "metrics.jsonl"
 CONFIG_TEXT_TAG = "config"  # TensorBoard's text tab: the resolved config
 PLOTS = {"plots/attention": "attention.png", "plots/spectra": "spectra.png"}  # tag -> the file under plots/
+RUN_ID_FILE = "wandb_id.txt"
+DEFAULT_SERVER = "https://api.wandb.ai"
+SERVER_TIMEOUT_S = 5  # to open a connection to the W&B server: W&B itself retries for minutes
+OFFLINE = "or train without the server: WANDB_MODE=offline (then `wandb sync <workdir>/wandb/offline-run-*`)"
+
+
+class WandbError(RuntimeError):
+    """W&B cannot log this run: its one line names what to do."""
 
 
 def wandb_mode(config) -> str:
@@ -37,10 +48,60 @@ def resolve_workdir(workdir: str) -> str:
     return workdir.replace(RUN_ID_PLACEHOLDER, run_id)
 
 
+def check_wandb(config, workdir: str) -> None:
+    """Refuses, in seconds and before the workdir is touched, a run that W&B could not log: a wandb_id.txt
+    that holds no run id, and online, no API key or no server that answers. W&B's own failures come after
+    the run started (or after minutes of retries), in its tracebacks."""
+    mode = wandb_mode(config)
+    if mode == "disabled":
+        return
+    import wandb
+
+    id_path = os.path.join(workdir, RUN_ID_FILE)
+    if os.path.isfile(id_path):
+        with open(id_path, encoding="utf-8", errors="replace") as f:
+            run_id = f.read().strip()
+        try:
+            wandb.Settings(run_id=run_id)
+        except Exception as error:  # noqa: BLE001 - W&B's validation error, whatever its class
+            reason = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+            raise WandbError(f"{id_path}: not a W&B run id ({run_id[:40]!r}: {reason}); delete the file and rerun: "
+                             f"training resumes from its checkpoints, in a new W&B run") from None
+    if mode != "online":
+        return
+    server = os.environ.get("WANDB_BASE_URL") or DEFAULT_SERVER
+    if not _has_api_key(server):
+        raise WandbError(f"WANDB_MODE=online, but W&B has no API key: run `wandb login` (or set WANDB_API_KEY), "
+                         f"{OFFLINE}")
+    _check_server(server)
+
+
+def _has_api_key(server: str) -> bool:
+    """Whether W&B finds credentials where it looks first: the environment, or the netrc entry of the server
+    that `wandb login` writes. Read here: wandb.login() itself starts W&B's service, and can wait on it."""
+    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
+        return True
+    try:
+        entries = netrc.netrc(os.environ.get("NETRC") or os.path.expanduser("~/.netrc"))
+    except (OSError, netrc.NetrcParseError):
+        return False
+    return entries.authenticators(urllib.parse.urlsplit(server).hostname or "") is not None
+
+
+def _check_server(url: str) -> None:
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        socket.create_connection((parts.hostname, port), timeout=SERVER_TIMEOUT_S).close()
+    except (OSError, ValueError, TypeError) as error:
+        raise WandbError(f"the W&B server {url} does not answer ({error}); check the network (or WANDB_BASE_URL), "
+                         f"{OFFLINE}") from None
+
+
 def _run_id(workdir: str) -> str:
     """The W&B run id of the workdir, kept in wandb_id.txt so that a resumed run continues the same W&B
     run: the agent's run id under `wandb agent` (or wherever $WANDB_RUN_ID is set), else a fresh one."""
-    id_path = os.path.join(workdir, "wandb_id.txt")
+    id_path = os.path.join(workdir, RUN_ID_FILE)
     given = os.environ.get(RUN_ID_VAR)
     if not os.path.exists(id_path):
         atomic.write_text(id_path, given or secrets.token_hex(4))
@@ -135,12 +196,15 @@ class MetricsWriter:
     the restored step, so the file reads as if the run had never been interrupted. Every metric also goes
     to TensorBoard event files in the workdir, and to W&B when it is on."""
 
-    def __init__(self, workdir: str, config, resume_step: int, kinds: tuple[str, ...] = (), headline: str = ""):
+    def __init__(self, workdir: str, config, resume_step: int, kinds: tuple[str, ...] = (), headline: str = "",
+                 to_wandb: bool = True):
         """`kinds`: the attention kinds of the run's model, its W&B tags with the task; `headline`: the task's
-        headline metric, the one TensorBoard's hparams tab shows."""
+        headline metric, the one TensorBoard's hparams tab shows. `to_wandb=False`: never to W&B, whatever
+        the config or $WANDB_MODE say (the hosts after the first of a multi-host run)."""
         self.path = os.path.join(workdir, METRICS_FILE)
         kept = self._kept_until(workdir, resume_step)  # read (a damaged file refused) before W&B starts,
-        self.run = self._start_wandb(workdir, config, kinds) if wandb_mode(config) != "disabled" else None
+        on = to_wandb and wandb_mode(config) != "disabled"
+        self.run = self._start_wandb(workdir, config, kinds) if on else None
         if kept is not None:  # written after it: a run that W&B refuses leaves metrics.jsonl as it was
             atomic.write_text(self.path, kept)
         # A new event file per start; TensorBoard hides what earlier files hold from purge_step on, as
@@ -185,11 +249,15 @@ class MetricsWriter:
         run_id, sweep_id = _run_id(workdir), os.environ.get(SWEEP_ID_VAR)
         # In a sweep, W&B takes the project and the run id from the agent and ignores (with a warning)
         # those passed here; the runs of a sweep share a group, the sweep's unless the config names one.
-        return wandb.init(project=None if sweep_id else config.wandb.project,
-                          group=config.wandb.group or sweep_id or None, mode=wandb_mode(config), dir=workdir,
-                          id=None if sweep_id else run_id, resume="allow",
-                          config={**config.to_dict(), "runtime": devices.runtime()},
-                          tags=[config.task, *kinds], settings=quiet)
+        try:
+            return wandb.init(project=None if sweep_id else config.wandb.project,
+                              group=config.wandb.group or sweep_id or None, mode=wandb_mode(config), dir=workdir,
+                              id=None if sweep_id else run_id, resume="allow",
+                              config={**config.to_dict(), "runtime": devices.runtime()},
+                              tags=[config.task, *kinds], settings=quiet)
+        except Exception as error:  # noqa: BLE001 - W&B raises its own classes, and those of its service
+            raise WandbError(f"W&B did not start the run ({atomic.first_line(error)}); check the network and "
+                             f"`wandb login`, {OFFLINE}") from error
 
     def write(self, step: int, split: str, elapsed_s: float, metrics: dict) -> None:
         record = {"step": step, "split": split, "elapsed_s": round(elapsed_s, 3), **metrics}
@@ -241,5 +309,11 @@ class MetricsWriter:
 
     def close(self) -> None:
         self.events.close()
-        if self.run is not None:
+        if self.run is None:
+            return
+        try:
             self.run.finish()
+        except Exception as error:  # noqa: BLE001 - the run's results are in the workdir whatever W&B says
+            print(f"warning: W&B did not finish its run ({atomic.first_line(error)}); the training and its files in "
+                  f"the workdir are complete; `wandb sync` uploads the run's directory in wandb/", flush=True)
+

@@ -26,6 +26,14 @@ def initialize(config) -> None:
         jax.distributed.initialize(**given)
 
 
+def finish(config) -> None:
+    """jax.distributed.shutdown() when config.distributed: every process waits there for the others (JAX's
+    shutdown barrier, which aborts them all after its timeout), so each calls it right after the work they
+    share, not at its exit, after what it alone does."""
+    if config.distributed:
+        jax.distributed.shutdown()
+
+
 def data_mesh() -> Mesh:
     return Mesh(np.array(jax.devices()), (AXIS,))
 
