@@ -104,7 +104,8 @@ def _set_tiny(config, _):
 
 
 # The studies of `python -m scripts.compare --task=recall --preset=<name>`: grids of runs on this config.
-_OPTION_LETTERS = {"num_features": "m", "window": "w"}  # in run names: performer_m64_N16, local_w8_N16
+# In run names: performer_m64_N16, local_w8_N16, gated_linear_d16_per_feature_N16.
+_OPTION_LETTERS = {"num_features": "m", "window": "w", "gate": ""}
 
 
 def _run(kind: str, pairs: int, qk_head_dim: int = 0, **options) -> grids.Run:
@@ -216,6 +217,32 @@ def _study_full() -> grids.Study:
     return grids.Study("configs/recall.py:full", {}, runs, seeds=3, pick=grids.Pick("learning_rate", _LEARNING_RATES, {}))
 
 
+# The state study's points: (kind, d', kind options), two or three state sizes per kind at N = 16. d' sets the
+# state per head: d' x 64 for elu + 1, GLA (gated_linear with a gate per key feature), DeltaNet and Gated
+# DeltaNet; Taylor's C(d' + 2, 2) x 64; Based (Taylor at d' = 4 beside a softmax window) adds the window's
+# keys and values.
+_STATE_POINTS = (
+    [("softmax", 0, {})]
+    + [(kind, width, {}) for kind in ("linear", "delta", "gated_delta") for width in (4, 16, 64)]
+    + [("gated_linear", width, {"gate": "per_feature"}) for width in (4, 16, 64)]
+    + [("taylor", width, {}) for width in (2, 4, 8)]
+    + [("based", 4, {"window": window}) for window in (4, 16)]
+)
+
+
+def _study_state() -> grids.Study:
+    """Accuracy against the state a head keeps, causal MQAR at N = 16 on the quick preset: softmax, elu + 1,
+    Taylor, Based's hybrid, GLA, DeltaNet and Gated DeltaNet (_STATE_POINTS), each at the rate it picks on
+    validation (_QUICK_PICK), 3 seeds: 18 x 3 candidates, then 18 x 3 seeds."""
+    runs = [_run(kind, 16, width, **options) for kind, width, options in _STATE_POINTS]
+    return grids.Study("configs/recall.py:quick", {}, runs, seeds=3, pick=_QUICK_PICK)
+
+
+def _study_state_bidirectional() -> grids.Study:
+    """The state study in the bidirectional form (an encoder: each kind's forward and backward scans)."""
+    return dataclasses.replace(_study_state(), config="configs/recall.py:quick,form=bidirectional")
+
+
 STUDIES = {
     "tiny": functools.partial(grids.tiny_study, "configs/recall.py"),
     "quick": _study_quick,
@@ -223,4 +250,6 @@ STUDIES = {
     "kinds": _study_kinds,
     "anchors": _study_anchors,
     "full": _study_full,
+    "state": _study_state,
+    "state_bidirectional": _study_state_bidirectional,
 }

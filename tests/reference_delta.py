@@ -9,6 +9,18 @@ EPS = 1e-6
 OPTIONS = {"chunk_size": 5, "eps": EPS}  # chunks of 5 do not divide the contract's 13 positions
 
 
+def gated_inputs(batch: int, heads: int, dim: int, seed: int, lq: int, lk: int):
+    """q, k, v float64 (k wide enough that the gates and beta read from it spread over (0, 1)) and key_valid
+    [batch, lk], example 0 padded at 3 positions mid-sequence and at the end: the inputs of the tests of the
+    kinds that read gates from the key (tests/test_gated_linear.py, tests/test_delta_rule.py)."""
+    rng = np.random.default_rng(seed)
+    q, v = rng.normal(size=(batch, lq, heads, dim)), rng.normal(size=(batch, lk, heads, dim))
+    k = 2 * rng.normal(size=(batch, lk, heads, dim))
+    key_valid = np.ones((batch, lk), bool)
+    key_valid[0, [2, lk - 2, lk - 1]] = False
+    return q, k, v, key_valid
+
+
 def unit(xp, x):
     return x / xp.sqrt((x * x).sum(-1, keepdims=True) + EPS)
 

@@ -13,7 +13,7 @@ from flax import nnx
 import attention
 from attention import MultiHeadAttention
 from kind_harness import module_arrays
-from reference_delta import EPS, recurrence
+from reference_delta import EPS, gated_inputs, recurrence
 
 pytestmark = pytest.mark.accelerator  # make test-accelerator runs these on the GPU or TPU
 
@@ -22,14 +22,7 @@ KINDS = ("delta", "gated_delta")
 
 
 def _inputs(seed=0, lq=L, lk=L):
-    """q, k, v float64 (k wide enough that beta and the gates spread over (0, 1)) and key_valid [B, lk], example 0
-    padded at 3 positions mid-sequence and at the end."""
-    rng = np.random.default_rng(seed)
-    q, v = rng.normal(size=(B, lq, H, D)), rng.normal(size=(B, lk, H, D))
-    k = 2 * rng.normal(size=(B, lk, H, D))
-    key_valid = np.ones((B, lk), bool)
-    key_valid[0, [2, lk - 2, lk - 1]] = False
-    return q, k, v, key_valid
+    return gated_inputs(B, H, D, seed, lq, lk)
 
 
 def _create(kind, chunk_size=4, **params):

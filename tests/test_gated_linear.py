@@ -14,6 +14,7 @@ from flax import nnx
 import attention
 from attention import MultiHeadAttention
 from kind_harness import reference_for
+from reference_delta import gated_inputs
 from training import evaluation
 
 pytestmark = pytest.mark.accelerator  # make test-accelerator runs these on the GPU or TPU
@@ -23,14 +24,7 @@ EPS = 1e-6
 
 
 def _inputs(seed=0, lq=L, lk=L):
-    """q, k, v float64 (k wide enough that gates spread over (0, 1)) and key_valid [B, lk], example 0 padded at
-    3 positions mid-sequence and at the end."""
-    rng = np.random.default_rng(seed)
-    q, v = rng.normal(size=(B, lq, H, D)), rng.normal(size=(B, lk, H, D))
-    k = 2 * rng.normal(size=(B, lk, H, D))
-    key_valid = np.ones((B, lk), bool)
-    key_valid[0, [2, lk - 2, lk - 1]] = False
-    return q, k, v, key_valid
+    return gated_inputs(B, H, D, seed, lq, lk)
 
 
 def _create(chunk_size=4, gate_weight=None, gate_bias=None, gate="scalar"):

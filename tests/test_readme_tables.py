@@ -317,7 +317,7 @@ NOT_QUOTED = {
     "docs/attention.md": {"kind", "option", "head"},
     "docs/accelerators.md": {"field"},
     "docs/benchmarks.md": {"mode", "L"},
-    "docs/design.md": {"folder", "task", "argument", "file"},
+    "docs/design.md": {"folder", "task", "argument", "file", "piece"},
 }
 
 

@@ -76,9 +76,10 @@ def _child(out: str, devices: int, files) -> None:
     Checkpoints.save = recording_save
     for run, overrides in RUNS[devices].items():
         workdir = os.path.join(out, run)
-        if run == "resumed":  # the 1-device run, cut back to its step-5 checkpoint
+        if run == "resumed":  # the 1-device run, cut back to its step-5 checkpoint (not finished: no eval.json)
             shutil.copytree(os.path.join(out, "reference"), workdir)
             shutil.rmtree(os.path.join(workdir, "checkpoints", str(STEPS)))
+            os.remove(os.path.join(workdir, "eval.json"))
         final["params_path"] = os.path.join(out, f"{run}_params.npz")
         loop.train_and_evaluate(_config(files, devices, overrides), workdir)
         with open(os.path.join(out, f"{run}_state.json"), "w") as f:

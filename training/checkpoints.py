@@ -30,6 +30,7 @@ class CheckpointError(RuntimeError):
 
 _ORBAX_DIRECTORY = os.path.dirname(os.path.abspath(ocp.__file__))
 _LOOP_CLOSED = "Event loop is closed"
+_IN_FLIGHT = ".orbax-checkpoint-tmp"  # in the path of every file of a save still being written
 _NAME_TOO_LONG = os.strerror(errno.ENAMETOOLONG)  # TensorStore keeps only the words
 
 
@@ -43,12 +44,13 @@ def _from_orbax(traceback) -> bool:
 
 def _not_an_orbax_thread_error(record: logging.LogRecord) -> bool:
     """False for the ERROR records of Orbax's threads and of the futures of its event loops: the failure
-    they describe is raised in the main thread, where the lab reports it in one line."""
+    they describe is raised in the main thread, where the lab reports it in one line. A future's exception
+    raised by TensorStore has no Python frame of Orbax's; it names the step's temporary folder instead."""
     if record.levelno < logging.ERROR:
         return True
     if record.pathname.startswith(_ORBAX_DIRECTORY):
         return False
-    return not (record.exc_info and _from_orbax(record.exc_info[2]))
+    return not (record.exc_info and (_from_orbax(record.exc_info[2]) or _IN_FLIGHT in str(record.exc_info[1])))
 
 
 def _quiet_orbax_threads() -> None:
