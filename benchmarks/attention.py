@@ -269,14 +269,14 @@ def measure_modes(kinds, layers, lengths: list[int], modes_measured: dict, setti
     """Every labelled layer x mode (name -> (causal, masked)) x length, timed in alternating rounds between this
     machine's rates measured before and after: {"rates", "run_rates", "rows"}, each row against its
     roofline (benchmarks/roofline.py)."""
-    rows, started, rates = [], time.perf_counter(), [roofline.machine_rates()]
+    rows, started, rates = [], time.perf_counter(), [roofline.machine_rates(settings.get("dtype", "float32"))]
     for mode, (causal, masked) in modes_measured.items():
         stopped = {}
         for length in lengths:
             measured = measure_length(kinds, layers, causal, length, settings, stopped, masked, traced_in)
             rows.extend(measured)
             log(f"[{time.perf_counter() - started:6.1f} s] {mode} L={length}: " + ", ".join(map(brief, measured)))
-    rates.append(roofline.machine_rates())
+    rates.append(roofline.machine_rates(settings.get("dtype", "float32")))
     return {"rates": rates, "run_rates": roofline.annotate(rows, rates), "rows": rows}
 
 

@@ -23,6 +23,7 @@ SUMMARY, RESULTS, LOGS = "summary.md", "results.json", "logs.txt"
 MAX_FILES = 8  # what a lent machine gives back from OUT
 LOG_KEPT = (3_000, 12_000)  # the characters of a step's log that logs.txt keeps: its head and its tail
 MIN_STEP_S = 15  # a step the budget leaves less than this is skipped
+TEST_WORKERS = 4  # pytest-xdist's processes for the accelerator tests on a lent machine
 KILL_AFTER_S = 10  # a step at its cap gets SIGTERM, then SIGKILL this much later
 PER_TEST_TIMEOUT_S = 90
 GPU_TEST_FILES = ("tests/test_fused_attention.py", "tests/test_linear_paths.py", "tests/test_mixed_precision.py")
@@ -130,8 +131,11 @@ def _versions(probe: Probe, cap_s: float) -> list[str]:
 def _tests(probe: Probe, cap_s: float) -> list[str]:
     # pyproject's addopts (-q) dropped: -v lists each test's outcome as it ends, read if the cap stops the run
     per_test = [f"--timeout={PER_TEST_TIMEOUT_S}"] if importlib.util.find_spec("pytest_timeout") else []
+    # One process got through a quarter of the accelerator tests in 150 s on an H200, most of it compiling;
+    # four share the GPU (conftest turns preallocation off) and its 16 cores.
+    workers = ["-n", str(TEST_WORKERS)] if probe.size != "smoke" and importlib.util.find_spec("xdist") else []
     return _module("pytest", "-m", "accelerator", "-p", "no:cacheprovider", "-o", "addopts=", "-v", "-rfE",
-                   *per_test, *SIZES[probe.size].tests)
+                   *workers, *per_test, *SIZES[probe.size].tests)
 
 
 def _pallas_check(probe: Probe, cap_s: float) -> list[str]:
@@ -170,7 +174,10 @@ def read_test_outcomes(probe: Probe) -> dict | None:
     """The counts of the tests' outcomes and the failing ones, from pytest's -v log (whole or cut short)."""
     text = _read(probe.path("tests.log"))
     collected = re.search(r"collected (\d+) items?(?: / \d+ deselected)?(?: / (\d+) selected)?", text)
-    outcomes = re.findall(r"^(tests/\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b", text, re.MULTILINE)
+    outcome_names = "PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS"
+    outcomes = re.findall(rf"^(tests/\S+) ({outcome_names})\b", text, re.MULTILINE) + [
+        (test, outcome) for outcome, test in  # xdist's -v: "[gw0] [ 12%] PASSED tests/..."
+        re.findall(rf"^\[gw\d+\] \[\s*\d+%\] ({outcome_names}) (tests/\S+)", text, re.MULTILINE)]
     final = re.findall(r"^=+ (.+ in [\d.]+s.*?) =+$", text, re.MULTILINE)
     counts = {}
     for _, outcome in outcomes:

@@ -4,10 +4,12 @@ benchmarks/attention.py (`python -m scripts.bench_attention`) puts each kind's t
 benchmarks/linear_paths.py (`python -m scripts.bench_linear_paths`) each of linear attention's paths;
 `python -m scripts.bench_roofline` prints this machine's rates alone.
 
-The machine's rates: the matmul rate, FLOP/s of the fastest of float32 square matmuls of `MATMUL_SIZES`
-(XLA's own kernel), and the memory bandwidth, bytes/s of a sum over a large float32 array (`BANDWIDTH_MIB`,
-read once; a sum writes nothing, so no page of a fresh output is touched for the first time inside the
-timing). Each is the fastest of its timings: a shared machine's load can only slow one down.
+The machine's rates: the matmul rate, FLOP/s of the fastest of square matmuls of `MATMUL_SIZES` in the
+benchmark's dtype (XLA's own kernel), and the memory bandwidth, bytes/s of a sum over a large float32 array
+(`BANDWIDTH_MIB`, read once; a sum writes nothing, so no page of a fresh output is touched for the first time
+inside the timing). Each is the fastest of its timings: a shared machine's load can only slow one down. An
+accelerator gets larger sizes: a 1024-square matmul keeps a GPU busy for microseconds, about as long as
+launching it.
 
 A program's work: FLOPs and bytes accessed from XLA's cost analysis of the compiled program timed
 (benchmarks/common.py: xla_cost). That analysis counts a while loop's body once, whatever its trip count,
@@ -26,6 +28,7 @@ would be the machine's limit).
 """
 import contextlib
 import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -35,8 +38,10 @@ from attention import chunked_sums, chunking
 from attention.kernelized_base import KernelizedAttention
 from benchmarks.common import seconds_per_call, xla_cost
 
-MATMUL_SIZES = (512, 1024)
-BANDWIDTH_MIB = 256
+MATMUL_SIZES = {"cpu": (512, 1024), "accelerator": (4096, 8192)}
+BANDWIDTH_MIB = {"cpu": 256, "accelerator": 2048}
+# custom_call_target names of kernels opaque to XLA's cost analysis: cuDNN's, and Pallas's on a GPU.
+OPAQUE_KERNELS = re.compile(r'custom_call_target="(__cudnn\$[^"]*|[^"]*triton[^"]*|mosaic_gpu[^"]*)"')
 RATES = ("matmul_flops_per_s", "bandwidth_bytes_per_s")
 
 
@@ -45,12 +50,17 @@ def fastest_seconds(program, arguments, repeats: int) -> float:
     return min(seconds_per_call(program, arguments, 1) for _ in range(repeats))
 
 
-def machine_rates(repeats: int = 5) -> dict:
-    """{"matmul_flops_per_s", "bandwidth_bytes_per_s"} of this machine now (the fastest of `repeats` timings)."""
+def _sizes(table: dict):
+    return table["cpu" if jax.default_backend() == "cpu" else "accelerator"]
+
+
+def machine_rates(dtype: str = "float32", repeats: int = 5) -> dict:
+    """{"matmul_flops_per_s", "bandwidth_bytes_per_s"} of this machine now (the fastest of `repeats` timings),
+    the matmul's in `dtype`."""
     matmul = jax.jit(jnp.matmul)
-    matmul_rate = max(2 * size**3 / fastest_seconds(matmul, (jnp.ones((size, size), jnp.float32),) * 2, repeats)
-                      for size in MATMUL_SIZES)
-    x = jnp.ones((BANDWIDTH_MIB * 2**20 // 4,), jnp.float32)
+    matmul_rate = max(2 * size**3 / fastest_seconds(matmul, (jnp.ones((size, size), dtype),) * 2, repeats)
+                      for size in _sizes(MATMUL_SIZES))
+    x = jnp.ones((_sizes(BANDWIDTH_MIB) * 2**20 // 4,), jnp.float32)
     sum_s = fastest_seconds(jax.jit(jnp.sum), (x,), repeats)
     return {"matmul_flops_per_s": matmul_rate, "bandwidth_bytes_per_s": x.nbytes / sum_s}
 
@@ -68,7 +78,10 @@ def _unrolled(times: int):
 def loop_aware_cost(compile_program, trips: int, compiled=None) -> dict:
     """{"flops", "bytes"} of `compile_program()` (a compiled program whose loops, if any, all run `trips`
     times; `compiled`: that program, already compiled) with each loop's body counted once per trip."""
-    once = xla_cost(compiled if compiled is not None else compile_program())
+    compiled = compiled if compiled is not None else compile_program()
+    if calls_opaque_kernels(compiled):
+        return {"flops": None, "bytes": None}
+    once = xla_cost(compiled)
     if trips <= 1:
         return once
     with _unrolled(2):
@@ -81,6 +94,11 @@ def loop_aware_cost(compile_program, trips: int, compiled=None) -> dict:
         trip = (twice[field] - value) / (1 + trips % 2)  # an odd count: the unrolled loop runs one trip less
         counted[field] = value + (trips - 1) * trip
     return counted
+
+
+def calls_opaque_kernels(compiled) -> bool:
+    """Whether a compiled program calls a kernel XLA's cost analysis cannot see into (`OPAQUE_KERNELS`)."""
+    return OPAQUE_KERNELS.search(compiled.as_text()) is not None
 
 
 def trips(layer, causal: bool, length: int) -> int:
@@ -129,7 +147,7 @@ def rates_text(result: dict) -> str:
 
 def run(options) -> dict:
     """This machine's rates now, printed (the flags of scripts/bench_roofline.py: `options.repeats`)."""
-    rates = machine_rates(options.repeats)
-    print(f"matmul {rates['matmul_flops_per_s'] / 1e9:.1f} GFLOP/s (float32, sizes {MATMUL_SIZES}), "
-          f"bandwidth {rates['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s (a sum over {BANDWIDTH_MIB} MiB)")
+    rates = machine_rates(repeats=options.repeats)
+    print(f"matmul {rates['matmul_flops_per_s'] / 1e9:.1f} GFLOP/s (float32, sizes {_sizes(MATMUL_SIZES)}), "
+          f"bandwidth {rates['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s (a sum over {_sizes(BANDWIDTH_MIB)} MiB)")
     return rates

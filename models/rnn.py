@@ -17,6 +17,7 @@ from flax import nnx
 
 from attention import MultiHeadAttention
 from models.decoding import DecodeState
+from models.embeddings import embedding
 from models.key_value_memory import KeyValueMemory
 
 NO_ATTENTION = "none"
@@ -139,7 +140,7 @@ class RecurrentEncoder(nnx.Module):
 
     def __init__(self, vocab_size: int, spec: RecurrentSpec, *, rngs: nnx.Rngs):
         hidden, directions = spec.hidden_dim, 2 if spec.bidirectional else 1
-        self.embed = nnx.Embed(vocab_size, hidden, rngs=rngs)
+        self.embed = embedding(vocab_size, hidden, rngs=rngs)
         self.dropout = nnx.Dropout(spec.dropout_rate, rngs=rngs)
         widths = [hidden] + [directions * hidden] * (spec.num_layers - 1)
         self.forward_cells = nnx.List([_cell(spec, width, rngs) for width in widths])
@@ -178,7 +179,7 @@ class RecurrentEncoderDecoder(nnx.Module):
         hidden = spec.hidden_dim
         self.pad_id = pad_id
         self.encoder = RecurrentEncoder(source_vocab_size, spec, rngs=rngs)
-        self.target_embed = nnx.Embed(target_vocab_size, hidden, rngs=rngs)
+        self.target_embed = embedding(target_vocab_size, hidden, rngs=rngs)
         self.dropout = nnx.Dropout(spec.dropout_rate, rngs=rngs)
         self.decoder_cells = nnx.List([_cell(spec, hidden, rngs) for _ in range(spec.num_layers)])
         self.attention = None if spec.attention == NO_ATTENTION else MultiHeadAttention(

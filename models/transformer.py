@@ -11,6 +11,7 @@ from flax import nnx
 
 from attention import MultiHeadAttention, masks
 from models.decoding import DecodeState
+from models.embeddings import embedding
 
 ROLES = ("encoder_self", "decoder_self", "cross")
 CAUSAL_ROLES = ("decoder_self",)
@@ -46,10 +47,10 @@ class Embedder(nnx.Module):
     """Token embedding scaled by sqrt(d_model) plus positions; `attend` gives tied output logits."""
 
     def __init__(self, vocab_size: int, spec: TransformerSpec, *, rngs: nnx.Rngs):
-        self.tokens = nnx.Embed(vocab_size, spec.d_model, rngs=rngs)
+        self.tokens = embedding(vocab_size, spec.d_model, rngs=rngs)
         self.scale = spec.d_model**0.5
         if spec.positions == "learned":
-            self.learned_positions = nnx.Embed(spec.max_len, spec.d_model, rngs=rngs)
+            self.learned_positions = embedding(spec.max_len, spec.d_model, rngs=rngs)
         elif spec.positions == "sinusoidal":
             self.learned_positions = None
             self.sinusoids = sinusoidal_positions(spec.max_len, spec.d_model)
@@ -69,7 +70,9 @@ class Embedder(nnx.Module):
             position_vectors = self.learned_positions(positions)
         else:
             position_vectors = jnp.asarray(self.sinusoids)[positions]
-        return self.dropout(self.tokens(tokens) * self.scale + position_vectors)
+        token_vectors = self.tokens(tokens)
+        # The float32 table would otherwise promote a bfloat16 model's activations to float32 from here on.
+        return self.dropout(token_vectors * self.scale + position_vectors.astype(token_vectors.dtype))
 
     def attend(self, x):
         return self.tokens.attend(x)

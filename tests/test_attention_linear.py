@@ -184,9 +184,12 @@ def test_polynomial_kinds_take_the_explicit_matrix_below_m_keys_and_equal_their_
     cls = type(attention.create(name, num_heads=H, head_dim=D, rngs=nnx.Rngs(0)))
     monkeypatch.setattr(cls, "features", lambda self, x: pytest.fail("features computed below m keys"))
     got, got_grads = attend("auto", q, k, v), jax.grad(loss("auto"), argnums=(0, 1, 2))(q, k, v)
-    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+    # exp_limit's first causal rows normalise by a few kernel values (1 + q.k/n)^n that can nearly vanish:
+    # its outputs differ by up to 5e-6 and its gradients by 9e-5 between the two orders of summation on the
+    # CPU, and by more on a GPU, which sums in another order.
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     for got_grad, want_grad in zip(got_grads, want_grads):
-        np.testing.assert_allclose(got_grad, want_grad, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(got_grad, want_grad, rtol=5e-4, atol=5e-4)
     narrow = attention.create(name, num_heads=H, head_dim=2, rngs=nnx.Rngs(0), **{option: 2})  # m = 6 <= 13
     with pytest.raises(pytest.fail.Exception, match="features computed"):
         narrow(q[..., :2], k[..., :2], v, mask, causal=causal)

@@ -42,6 +42,22 @@ def test_loop_aware_cost_counts_each_loop_body_once_per_trip(length, chunk, stab
     assert chunked_sums.UNROLL == 1  # the second compilation's unroll is undone
 
 
+def test_a_program_calling_a_kernel_xla_cannot_see_into_has_no_counted_work():
+    """cuDNN's flash attention and Pallas kernels are custom calls: XLA's cost analysis counts none of their
+    work, which would put such a program thousands of times over its roofline."""
+    class Compiled:  # what a GPU compilation's HLO holds, where this CPU compiles neither kernel
+        def __init__(self, target):
+            self.text = f'%fmha = (f32[2]) custom-call(%q), custom_call_target="{target}"'
+
+        def as_text(self):
+            return self.text
+
+    for target in ("__cudnn$fmhaSoftmax", "__gpu$xla.gpu.triton", "mosaic_gpu_v2"):
+        assert roofline.loop_aware_cost(lambda: None, 4, Compiled(target)) == {"flops": None, "bytes": None}
+    program = jax.jit(jnp.matmul).lower(jnp.ones((8, 8)), jnp.ones((8, 8))).compile()
+    assert not roofline.calls_opaque_kernels(program) and roofline.loop_aware_cost(lambda: program, 1)["flops"] > 0
+
+
 def test_rates_and_roofline(capsys):
     rates = bench_roofline.main(["--repeats=1"])
     assert rates["matmul_flops_per_s"] > 1e8 and rates["bandwidth_bytes_per_s"] > 1e8

@@ -88,10 +88,13 @@ def test_test_outcomes_are_read_from_a_log_cut_short(tmp_path):
         "collected 10 items / 4 deselected / 6 selected\n\n"
         "tests/test_a.py::test_x[1-2] PASSED                [ 16%]\n"
         "tests/test_a.py::test_y FAILED                     [ 33%]\n"
-        "tests/test_b.py::test_z SKIPPED (needs a GPU)      [ 50%]\n")
+        "tests/test_b.py::test_z SKIPPED (needs a GPU)      [ 50%]\n"
+        "[gw0] [ 66%] PASSED tests/test_c.py::test_w \n"  # pytest-xdist's workers
+        "[gw3] [ 83%] FAILED tests/test_c.py::test_v[a-b] \n"
+        "FAILED tests/test_c.py::test_v[a-b] - assert 0\n")  # -rfE's summary: not an outcome of its own
     assert probe.read_test_outcomes(_probe(tmp_path)) == {
-        "selected": 6, "ran": 3, "counts": {"PASSED": 1, "FAILED": 1, "SKIPPED": 1},
-        "failing": ["tests/test_a.py::test_y"], "final": None}
+        "selected": 6, "ran": 5, "counts": {"PASSED": 2, "FAILED": 2, "SKIPPED": 1},
+        "failing": ["tests/test_a.py::test_y", "tests/test_c.py::test_v[a-b]"], "final": None}
 
 
 @pytest.mark.parametrize("kind, peak", [("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA H100 PCIe", 756e12),
@@ -127,3 +130,33 @@ def test_the_study_step_trains_the_rank_or_shape_arms_at_512_in_bfloat16_by_defa
         "--config.compute_dtype=bfloat16"]
     from configs import mlm
     assert {"softmax_L512", "linear_L512"} <= {run.name for run in mlm.STUDIES["rank_or_shape"]().runs}
+
+
+def test_docs_gpu_numbers_are_the_committed_probe_results():
+    """docs/benchmarks.md's account of the H200 probe, recomputed from reports/gpu/probe/results.json."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    docs = " ".join((root / "docs" / "benchmarks.md").read_text().split())
+    steps = {step["name"]: step for step in json.loads((root / "reports/gpu/probe/results.json").read_text())["steps"]}
+    rows = steps["attention"]["result"]["rows"]
+    for causal, lengths in ((False, (2048, 8192, 32768)), (True, (2048, 4096, 8192, 32768))):
+        for length in lengths:
+            ms = {row["kind"]: row["ms"] for row in rows if row["causal"] == causal and row["length"] == length}
+            assert f"{ms['softmax'] / ms['linear']:.2f}x at {length:,}" in docs, (causal, length)
+    times = steps["pallas_times"]["result"]["rows"]
+    xla_ms = {row["length"]: row["ms"] for row in times if row["kind"].startswith("xla")}
+    for chunk in (32, 64, 128):
+        speeds = [xla_ms[row["length"]] / row["ms"] for row in times if row["kind"] == f"pallas C={chunk}"]
+        assert f"chunk {chunk} {min(speeds):.2f}-{max(speeds):.2f}x" in docs, chunk
+    train = steps["mlm_train"]["result"]["configs"][0]
+    assert (f"{train['ms_per_step']:.2f} ms per step, {train['steps_per_sec']:.0f} steps/s, "
+            f"{train['tokens_per_sec']:,.0f} tokens/s, {100 * train['mfu']:.1f}%") in docs
+    prefetched = steps["mlm_train"]["result"]["configs"][1]
+    assert prefetched["batches"] == "prefetch" and f"prefetched, {prefetched['ms_per_step']:.2f} ms per step" in docs
+    check = steps["pallas_check"]["result"]
+    worst = {dtype: max(row["max_error"] for row in check["rows"] if row["dtype"] == dtype) for dtype in
+             ("float32", "bfloat16")}
+    assert check["ok"] and (f"all {len(check['rows'])} width x chunk x dtype cases agree" in docs
+                            and f"{worst['float32']:.1e} of the output's scale in float32 and "
+                                f"{worst['bfloat16']:.1e} in bfloat16" in docs)
+    tests = steps["tests"]["result"]
+    assert f"ran {tests['ran']} of the {tests['selected']} accelerator tests, {tests['counts']['PASSED']} passed" in docs

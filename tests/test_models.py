@@ -154,3 +154,17 @@ def test_decoder_is_causal(model):
     a, b = _forward(model, source, jnp.asarray(decoder_input)), _forward(model, source, jnp.asarray(changed))
     np.testing.assert_allclose(a[:, :5], b[:, :5], atol=1e-5)
     assert not np.allclose(a[:, 5:], b[:, 5:])
+
+
+@pytest.mark.parametrize("positions", ["sinusoidal", "learned"])
+def test_bfloat16_parameters_keep_every_activation_in_bfloat16(positions):
+    """The train step casts the parameters to config.compute_dtype and nothing else: a float32 constant
+    added on the way (the position table) would silently run the model, and its attention, in float32."""
+    from training.steps import _in_compute_dtype
+    spec = TransformerSpec(num_layers=1, d_model=16, num_heads=2, mlp_dim=32, dropout_rate=0.0,
+                           max_len=MAX_LEN, positions=positions)
+    graphdef, params, rest = nnx.split(EncoderDecoder(SOURCE_VOCAB, TARGET_VOCAB, spec, rngs=nnx.Rngs(0)),
+                                       nnx.Param, ...)
+    model = nnx.merge(graphdef, _in_compute_dtype(params, "bfloat16"), rest)
+    logits = jax.eval_shape(lambda source, target: model(source, target), _sources(), _sources()[:, :5])
+    assert logits.dtype == jnp.bfloat16
