@@ -25,7 +25,8 @@ by gathering along it.
 from attention import (  # noqa: F401  (registration side effect)
     delta_rule, dot_product, forced_forward, hard, hybrid, kernelized_kinds, learned_scores, local, low_rank)
 from attention.multi_head import MultiHeadAttention
-from attention.registry import all_options, create, names, option_defaults, options, register, select_options
+from attention.registry import (all_options, create, names, option_defaults, options, options_of, register,
+                                select_options)
 
-__all__ = ["MultiHeadAttention", "all_options", "create", "names", "option_defaults", "options", "register",
-           "select_options"]
+__all__ = ["MultiHeadAttention", "all_options", "create", "names", "option_defaults", "options", "options_of",
+           "register", "select_options"]

@@ -4,7 +4,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attention import delta_sums, feature_maps, key_gates, masks
-from attention.kernelized_base import KernelizedAttention
+from attention.kernelized_base import ONE_PATH_IMPLEMENTATION, KernelizedAttention
 from attention.registry import register
 
 
@@ -35,14 +35,15 @@ class DeltaAttention(KernelizedAttention):
     such, so `feature_dim_bounds_rank` is False.
 
     The O(L) path is delta_sums' chunked scan (a triangular solve per chunk, a lax.scan carrying S across
-    chunks), differentiated by XLA's autodiff: `implementation` takes "auto" or "autodiff", the same path.
+    chunks), differentiated by XLA's autodiff: `kernelized_implementation` takes "auto" or "autodiff", the same
+    path.
     Decoding: a causal step applies the rule to S [B, H, d, d_v] in float32, O(1) in the position;
     cross-attention's memory holds the source's keys, gates and its forward and backward scans' u (the
     values the writes add after erasure), and a step reads its row, O(Lk) as softmax's cache (the state a query
     reads depends on its position, so no single summed state serves every step)."""
 
+    OWN_OPTIONS = (ONE_PATH_IMPLEMENTATION,)  # one path (see above)
     feature_dim_bounds_rank = False  # (see above)
-    implementations = ("auto", "autodiff")  # one path (see above)
 
     def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, **base_options):
         super().__init__(**base_options)

@@ -5,9 +5,15 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention import fused
+from attention import fused, option_specs
 from attention.registry import register
 from attention.score_base import ScoreAttention, dot_scores
+
+SOFTMAX_IMPLEMENTATION = option_specs.Option(
+    "softmax_implementation", "auto",
+    "who computes the softmax: `auto` (cuDNN flash attention where the GPU, dtype and mask allow it, else XLA), "
+    "`xla` or `cudnn` (an error where it cannot run), see attention/fused.py",
+    choices=fused.IMPLEMENTATIONS, refused_where_unread=True)
 
 
 def _zero_rows_without_keys(out, allowed):
@@ -22,18 +28,18 @@ class DotAttention(ScoreAttention):
     """Luong et al. (2015) 'dot' score q.k, unscaled: its spread grows with head_dim, so the softmax
     saturates sooner in wide heads than the scaled kind's.
 
-    Without dropout, one call of `jax.nn.dot_product_attention` computes it: `implementation` (see
+    Without dropout, one call of `jax.nn.dot_product_attention` computes it: `softmax_implementation` (see
     attention/fused.py) "xla" is XLA's softmax, "cudnn" cuDNN's flash kernel, "auto" the latter where
     the hardware, the dtype and the mask allow it."""
 
+    OWN_OPTIONS = (SOFTMAX_IMPLEMENTATION,)
     scaled = False
 
-    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, implementation: str = "auto",
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, softmax_implementation: str = "auto",
                  **base_options):
         super().__init__(rngs=rngs, **base_options)
-        fused.check(implementation)
         self.scale = head_dim**-0.5 if self.scaled else 1.0
-        self.implementation = implementation
+        self.implementation = softmax_implementation
 
     def scores(self, q, k):
         return dot_scores(q, k, self.scale)

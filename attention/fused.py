@@ -14,11 +14,6 @@ CUDNN_DTYPES = (jnp.bfloat16, jnp.float16)
 _said = set()  # the fallback reasons already printed: one line per reason and process
 
 
-def check(implementation: str) -> None:
-    if implementation not in IMPLEMENTATIONS:
-        raise ValueError(f"implementation={implementation!r} is not one of {', '.join(IMPLEMENTATIONS)}")
-
-
 def key_lengths(mask, batch: int):
     """The number of allowed keys [B] (int32) of a key-padding mask [B or 1, 1, 1, Lk], or None when the
     mask is None or varies over heads or queries (no lengths can express it).
@@ -76,10 +71,11 @@ def select(implementation: str, q, v, mask, causal_narrowed: bool) -> str:
     if reason is None:
         return "cudnn"
     if implementation == "cudnn":
-        raise ValueError(f"attention.implementation='cudnn' cannot run here: {reason}")
+        raise ValueError(f"attention.softmax_implementation='cudnn' cannot run here: {reason}")
     if reason not in _said and _on_nvidia_gpu():  # elsewhere XLA is the only choice: nothing to say
         _said.add(reason)
-        print(f"attention.implementation=auto: XLA's softmax, not cuDNN flash attention: {reason}", flush=True)
+        print(f"attention.softmax_implementation=auto: XLA's softmax, not cuDNN flash attention: {reason}",
+              flush=True)
     return "xla"
 
 

@@ -3,9 +3,13 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention import option_checks
+from attention import option_specs
 from attention.registry import register
 from attention.score_base import ScoreAttention, dot_scores, masked_softmax
+
+
+TOP_K = option_specs.Option("top_k", 1, "keys attended in the forward pass (1: classic hard attention)",
+                            rule=option_specs.at_least(1))
 
 
 @register("hard")
@@ -19,10 +23,10 @@ class HardAttention(ScoreAttention):
     all of them, and a disallowed key is never chosen.
     """
 
+    OWN_OPTIONS = (TOP_K,)
     keeps_every_key = False  # all but the top k are 0 (ScoreAttention.keeps_every_key)
 
     def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, top_k: int = 1, **base_options):
-        option_checks.at_least("top_k", top_k, 1)
         super().__init__(rngs=rngs, **base_options)
         self.scale = head_dim**-0.5
         self.top_k = top_k

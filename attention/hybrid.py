@@ -3,8 +3,9 @@ beside exact softmax attention over a sliding window of the nearest keys, their 
 import jax.numpy as jnp
 from flax import nnx
 
-from attention.kernelized_kinds import TaylorAttention
-from attention.local import LocalAttention
+from attention.kernelized_base import CHUNK_SIZE, EPS, KERNELIZED_IMPLEMENTATION
+from attention.kernelized_kinds import TAYLOR_ORDER, TaylorAttention
+from attention.local import WINDOW, LocalAttention
 from attention.registry import register
 
 
@@ -27,9 +28,9 @@ class BasedAttention(nnx.Module):
     local's row is 0 and the row is Taylor's half alone; every unpadded self-attention query has its own key.
 
     Options: `window` reaches the local part; `taylor_order` and the kernelised options `eps`, `chunk_size`
-    and `implementation` (attention/kernel_sums.py's paths) reach the Taylor part. They are named here, with
-    their parts' defaults (registry.option_defaults refuses a second default for an option); the local part
-    keeps its own `implementation` (its default) and no dropout.
+    and `kernelized_implementation` (attention/kernel_sums.py's paths) reach the Taylor part. It is on no base:
+    it declares them all as its own, its parts' declarations (registry.option_defaults refuses a second default
+    for an option); the local part keeps its softmax at the default and no dropout.
 
     A mask is a key-padding one, as for any kernelised kind (attention/masks.py, key_padding). Decoding keeps
     both parts' caches (Taylor's state S, local's keys and values) and memories side by side.
@@ -40,14 +41,16 @@ class BasedAttention(nnx.Module):
     no softmax of scores (keeps_every_key False): the log of the mix reads no score.
     """
 
+    OWN_OPTIONS = (WINDOW, TAYLOR_ORDER, EPS, CHUNK_SIZE, KERNELIZED_IMPLEMENTATION)
     feature_dim_bounds_rank = False  # the window's band matrix lifts it (see above)
     incremental = True  # both parts' rows depend on the queries up to theirs alone
     keeps_every_key = False  # a mix of two matrices, not a softmax of scores (see above)
 
     def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, window: int = 3, taylor_order: int = 2,
-                 eps: float = 1e-6, chunk_size: int = 64, implementation: str = "auto"):
+                 eps: float = 1e-6, chunk_size: int = 64, kernelized_implementation: str = "auto"):
         self.taylor = TaylorAttention(num_heads=num_heads, head_dim=head_dim, rngs=rngs, taylor_order=taylor_order,
-                                      eps=eps, chunk_size=chunk_size, implementation=implementation)
+                                      eps=eps, chunk_size=chunk_size,
+                                      kernelized_implementation=kernelized_implementation)
         self.local = LocalAttention(num_heads=num_heads, head_dim=head_dim, rngs=rngs, window=window)
         self.feature_dim = self.taylor.feature_dim
 

@@ -5,8 +5,8 @@ The n x n matrix phi(Q) phi(K)^T (rank <= feature_dim) is never formed but by `e
 bidirectional form sums phi(k) v^T over keys once, O(L m Dv); the causal form works in chunks of C
 positions, quadratic inside a chunk and through the states of the chunks before it across chunks.
 
-`implementation` (the kinds' option) picks who computes them: "xla", the custom-VJP sums of
-attention/chunked_sums.py; "pallas", the kernels of attention/linear_pallas.py (causal: bidirectional
+`implementation` (the kinds' option `kernelized_implementation`) picks who computes them: "xla", the
+custom-VJP sums of attention/chunked_sums.py; "pallas", the kernels of attention/linear_pallas.py (causal: bidirectional
 attention is two matmuls and stays on "xla"; off a GPU in interpret mode, for tests); "auto", the kernels
 where they compile (a GPU, widths and chunks they take within its shared memory), else "xla"; and
 "autodiff", the reference path below (XLA's autodiff of the chunked sums, the normaliser a column of ones
@@ -167,11 +167,12 @@ def _by_kernels(implementation: str, platform: str, feature_dim: int, value_dim:
     reason = linear_pallas.unsupported(platform, feature_dim, value_dim, chunk, dtype)
     interpreted = platform != "gpu" and not linear_pallas.UNAVAILABLE
     if implementation == "pallas" and reason is not None and not interpreted:
-        raise ValueError(f"attention.implementation='pallas' cannot run here: {reason}")
+        raise ValueError(f"attention.kernelized_implementation='pallas' cannot run here: {reason}")
     if implementation == "pallas" and interpreted and platform not in _said_interpreted:
         _said_interpreted.add(platform)  # once per process: every trace of every layer passes here
-        print(f"warning: attention.implementation='pallas' on {platform}: the Pallas kernels run in interpret mode "
-              f"(as XLA operations, far slower than 'xla'; for tests); 'auto' takes XLA's sums here", flush=True)
+        print(f"warning: attention.kernelized_implementation='pallas' on {platform}: the Pallas kernels run in "
+              f"interpret mode (as XLA operations, far slower than 'xla'; for tests); 'auto' takes XLA's sums here",
+              flush=True)
     return reason is None or (implementation == "pallas" and interpreted)
 
 

@@ -5,12 +5,29 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention import kernel_sums, masks, option_checks
+from attention import kernel_sums, masks, option_specs
 
 
 # The stabiliser of a padded key: below any other, so it sets no scale, and finite, so that exp(it - itself)
 # is 1 where no key is allowed yet, not NaN.
 _NO_KEY = float(jnp.finfo(jnp.float32).min)
+
+
+EPS = option_specs.Option(
+    "eps", 1e-6, "added to the normaliser (delta, gated_delta: to the squared norm of each query and key, under the "
+    "square root that normalises it)", rule=option_specs.positive("it keeps the normaliser away from 0"))
+CHUNK_SIZE = option_specs.Option("chunk_size", 64, "causal chunk length; 0: the size attention/chunking.py picks",
+                                  rule=option_specs.at_least(0, "0: the size attention/chunking.py picks"))
+KERNELIZED_IMPLEMENTATION = option_specs.Option(
+    "kernelized_implementation", "auto",
+    "who computes the sums: `auto` (taylor and exp_limit with fewer keys than features: the explicit Lq x Lk "
+    "polynomial of q.k, the same product without the features; else the causal Pallas kernels on a GPU where they "
+    "apply, else `xla`), `xla` (the custom-VJP sums), `pallas` (off a GPU in interpret mode, for tests) or "
+    "`autodiff` (XLA's autodiff of the chunked sums, kept as the yardstick), see attention/kernel_sums.py; "
+    "gated_linear, delta and gated_delta: `auto` or `autodiff`, their one path; based: its Taylor part's",
+    choices=kernel_sums.IMPLEMENTATIONS, refused_where_unread=True)
+# The option of a kind with one path, differentiated by XLA's autodiff (gated_linear, delta, gated_delta).
+ONE_PATH_IMPLEMENTATION = KERNELIZED_IMPLEMENTATION.narrowed(("auto", "autodiff"))
 
 
 class KernelizedAttention(nnx.Module):
@@ -23,25 +40,25 @@ class KernelizedAttention(nnx.Module):
     Decoding keeps S = sum_k phi(k) [v, 1]^T [B, H, m, Dv + 1] in place of the keys: a causal step adds
     its key's term, O(1) in the position; cross-attention sums the source keys once.
 
-    Its constructor declares the options every kernelised kind takes (`eps`, `chunk_size`: the causal
-    chunk length, 0 for attention/chunking.py's; `implementation`, who computes the sums, see
-    attention/kernel_sums.py): a kind's constructor passes them on as **base_options
-    (attention/registry.py reads them from here)."""
+    `BASE_OPTIONS` are the options every kernelised kind reads (`eps`, `chunk_size`: the causal chunk length,
+    0 for attention/chunking.py's; `kernelized_implementation`, who computes the sums, see
+    attention/kernel_sums.py): a kind's constructor passes them on as **base_options, and declares its own in
+    `OWN_OPTIONS` (attention/registry.py composes the two; a kind with one path narrows the implementation's
+    values there)."""
+
+    BASE_OPTIONS = (EPS, CHUNK_SIZE, KERNELIZED_IMPLEMENTATION)
+    OWN_OPTIONS = ()
 
     feature_dim: int
     # phi(Q) phi(K)^T is of rank <= m without a causal mask: eval.json's rank bound. A kind whose weights are
     # that product times a decay matrix of full rank (gated_linear) sets it False; its m is the feature map's.
     feature_dim_bounds_rank = True
     incremental = True  # row i depends on the queries up to i alone: see ScoreAttention.incremental
-    implementations = kernel_sums.IMPLEMENTATIONS  # the paths it has (a kind with one path names fewer)
 
-    def __init__(self, *, eps: float = 1e-6, chunk_size: int = 64, implementation: str = "auto"):
-        option_checks.positive("eps", eps, "it keeps the normaliser away from 0")
-        option_checks.at_least("chunk_size", chunk_size, 0, "0: the size attention/chunking.py picks")
-        option_checks.one_of("implementation", implementation, self.implementations)
+    def __init__(self, *, eps: float = 1e-6, chunk_size: int = 64, kernelized_implementation: str = "auto"):
         self.eps = eps
         self.chunk_size = chunk_size
-        self.implementation = implementation
+        self.implementation = kernelized_implementation
 
     def features(self, x):
         raise NotImplementedError

@@ -5,8 +5,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention import aux_losses, feature_maps, kernel_sums, key_gates, masks, option_checks
-from attention.kernelized_base import KernelizedAttention
+from attention import aux_losses, feature_maps, kernel_sums, key_gates, masks, option_specs
+from attention.kernelized_base import ONE_PATH_IMPLEMENTATION, KernelizedAttention
 from attention.registry import register
 from attention.score_base import dot_scores, masked_softmax
 
@@ -48,18 +48,21 @@ class GatedLinearAttention(KernelizedAttention):
     are not of rank <= m (the decay matrix is of full rank), though `feature_dim` is m: the feature map's.
 
     The O(L) path is attention/kernel_sums.py's gated sums, one lax.scan over chunks differentiated by XLA's
-    autodiff (no custom VJP, no Pallas kernels): `implementation` takes "auto" or "autodiff", the same path.
+    autodiff (no custom VJP, no Pallas kernels): `kernelized_implementation` takes "auto" or "autodiff", the same
+    path.
     Per feature, each chunk forms its C x C x m decays. Decoding: a causal step decays S [B, H, m, Dv + 1] (its
     rows, per feature) by its gate and adds its key, O(1) in the position;
     cross-attention's memory holds the source's features, values and gates and a step forms its row of
     weights, O(Lk) as softmax's cache (a decay around the query's position has no single summed state)."""
 
+    OWN_OPTIONS = (option_specs.Option(
+        "gate", "scalar", "`scalar`: one decay per position and head (RetNet, Mamba2); `per_feature`: one per key "
+        "feature (GLA), from a d x d map of the key per head", choices=("scalar", "per_feature")),
+        ONE_PATH_IMPLEMENTATION)  # one path (see above)
     feature_dim_bounds_rank = False  # the decay matrix lifts it (see above)
-    implementations = ("auto", "autodiff")  # one path (see above)
 
     def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, gate: str = "scalar", **base_options):
         super().__init__(**base_options)
-        option_checks.one_of("gate", gate, ("scalar", "per_feature"))
         self.feature_dim = head_dim
         self.gate = gate
         self.gate_weight, self.gate_bias = key_gates.parameters(
@@ -114,6 +117,9 @@ class GatedLinearAttention(KernelizedAttention):
 class ReluAttention(KernelizedAttention):
     """phi = relu + relu_eps."""
 
+    OWN_OPTIONS = (option_specs.Option("relu_eps", 1e-3, "added to the features, so that the normaliser stays positive",
+                                       rule=option_specs.non_negative()),)
+
     def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, relu_eps: float = 1e-3, **base_options):
         super().__init__(**base_options)
         self.feature_dim = head_dim
@@ -143,11 +149,15 @@ class PerformerAttention(KernelizedAttention):
     at steps 0, N, 2N, ... (`on_train_step`), and evaluation uses whichever draw is current.
     """
 
+    OWN_OPTIONS = (
+        option_specs.Option("num_features", 64, "random features m (the rank bound)", rule=option_specs.at_least(1)),
+        option_specs.Option("orthogonal", True, "orthogonal random blocks, else iid rows", choices=(True, False)),
+        option_specs.Option("redraw_every_steps", 0, "redraw the features every N training steps; 0: fixed",
+                            rule=option_specs.at_least(0, "0: never redraw")))
+
     def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, num_features: int = 64,
                  orthogonal: bool = True, redraw_every_steps: int = 0, **base_options):
         super().__init__(**base_options)
-        option_checks.at_least("num_features", num_features, 1)
-        option_checks.at_least("redraw_every_steps", redraw_every_steps, 0, "0: never redraw")
         self.feature_dim = num_features
         self.num_heads = num_heads
         self.head_dim = head_dim
@@ -189,10 +199,7 @@ class _ExactPolynomialAttention(KernelizedAttention):
     feature_map = None  # (x, degree) -> features
     feature_count = None  # (head_dim, degree) -> the feature dimension
 
-    def _set_degree(self, option: str, degree: int, head_dim: int, why: str):
-        if degree < 2 or degree % 2:
-            raise ValueError(f"{option}={degree!r} must be a positive even integer; {why}, which can make "
-                             f"the attention normaliser cross 0")
+    def _set_degree(self, degree: int, head_dim: int):
         self.degree, self.head_dim = degree, head_dim
         self.feature_dim = self.feature_count(head_dim, degree)
 
@@ -204,7 +211,7 @@ class _ExactPolynomialAttention(KernelizedAttention):
         raise NotImplementedError
 
     def __call__(self, q, k, v, mask=None, *, causal=False):
-        """With fewer keys than features (the default "auto" implementation), the Lq x Lk matrix of
+        """With fewer keys than features (kernelized_implementation "auto", the default), the Lq x Lk matrix of
         kernel(q.k / sqrt(d)) is the cheaper way to the same product phi(Q) phi(K)^T: O(Lq Lk d) against
         O((Lq + Lk) m Dv) with m = C(d + p, p), and no [B, L, H, m] features to keep for the backward."""
         if self.implementation != "auto" or k.shape[1] >= self.feature_dim:
@@ -219,18 +226,23 @@ class _ExactPolynomialAttention(KernelizedAttention):
         return kernel_sums.explicit_attention(scores, v, self._eps(0.0))
 
 
+TAYLOR_ORDER = option_specs.Option(
+    "taylor_order", 2, "even order p of the truncated exp series", rule=option_specs.even_degree(
+        "a Taylor series of exp cut at an odd order is negative somewhere (1 + x < 0 for x < -1)"))
+
+
 @register("taylor")
 class TaylorAttention(_ExactPolynomialAttention):
     """exp(q.k / sqrt(d)) replaced by its Taylor series up to `taylor_order`, exactly, with
     C(d + p, p) features: the rank bound grows with the order as the series approaches softmax."""
 
+    OWN_OPTIONS = (TAYLOR_ORDER,)
     feature_map = staticmethod(feature_maps.taylor_features)
     feature_count = staticmethod(feature_maps.taylor_feature_dim)
 
     def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, taylor_order: int = 2, **base_options):
         super().__init__(**base_options)
-        self._set_degree("taylor_order", taylor_order, head_dim,
-                         "a Taylor series of exp cut at an odd order is negative somewhere (1 + x < 0 for x < -1)")
+        self._set_degree(taylor_order, head_dim)
 
     def kernel(self, s):
         return sum(s**order / math.factorial(order) for order in range(self.degree + 1))
@@ -252,12 +264,15 @@ class ExpLimitAttention(_ExactPolynomialAttention):
     positions; n = 4 (5k to 800k) exceeds any usual length, and n = 6 is out of reach.
     """
 
+    OWN_OPTIONS = (option_specs.Option(
+        "exp_limit_n", 2, "even n of (1 + q.k / (n sqrt d))^n",
+        rule=option_specs.even_degree("(1 + x/n)^n is negative for x < -n when n is odd")),)
     feature_map = staticmethod(feature_maps.exp_limit_features)
     feature_count = staticmethod(feature_maps.exp_limit_feature_dim)
 
     def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, exp_limit_n: int = 2, **base_options):
         super().__init__(**base_options)
-        self._set_degree("exp_limit_n", exp_limit_n, head_dim, "(1 + x/n)^n is negative for x < -n when n is odd")
+        self._set_degree(exp_limit_n, head_dim)
 
     def kernel(self, s):
         return (1 + s / self.degree) ** self.degree
@@ -299,11 +314,15 @@ class HedgehogAttention(KernelizedAttention):
     task from the first step (the paper's separate first stage, fitting the map alone, is not built). That
     loss forms the Lq x Lk matrices, O(L^2) like softmax, in training only."""
 
+    OWN_OPTIONS = (
+        option_specs.Option("distill_weight", 0.0, "weight of the attention-matching loss added to the training "
+                            "loss; 0: undistilled", rule=option_specs.non_negative("0: no distillation")),
+        option_specs.Option("hedgehog_logit_scale", 1.0, "factor of the feature map's softmax logits (the paper's "
+                            "code: 2)", rule=option_specs.positive("it multiplies the feature map's logits")))
+
     def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, distill_weight: float = 0.0,
                  hedgehog_logit_scale: float = 1.0, **base_options):
         super().__init__(**base_options)
-        option_checks.non_negative("distill_weight", distill_weight, "0: no distillation")
-        option_checks.positive("hedgehog_logit_scale", hedgehog_logit_scale, "it multiplies the feature map's logits")
         self.feature_dim = 2 * head_dim
         self.weight = nnx.Param(jnp.tile(jnp.eye(head_dim), (num_heads, 1, 1)))
         self.distill_weight = distill_weight

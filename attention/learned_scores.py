@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from attention import option_specs
 from attention.registry import register
 from attention.score_base import ScoreAttention, dot_scores, lecun_normal_per_head
 
@@ -26,6 +27,14 @@ class MultiplicativeAttention(ScoreAttention):
         return dot_scores(q, jnp.einsum("bkhe,hde->bkhd", k, self.bilinear[...]))
 
 
+HIDDEN_DIM = option_specs.Option("hidden_dim", 0, "width of the score MLP; 0: head_dim",
+                                 rule=option_specs.at_least(0, "0: head_dim"))
+# Widths of queries and keys other than head_dim, for direct construction: the multi-head wrapper leaves them unset.
+QUERY_DIM, KEY_DIM = (option_specs.Option(name, None, f"width of the {role}; unset: head_dim",
+                                          rule=option_specs.unset_or(option_specs.at_least(1)))
+                      for name, role in (("query_dim", "queries"), ("key_dim", "keys")))
+
+
 @register("additive")
 class AdditiveAttention(ScoreAttention):
     """Bahdanau et al. (2015) score w_h^T tanh(W_q,h q + W_k,h k) with a hidden layer per head.
@@ -35,6 +44,8 @@ class AdditiveAttention(ScoreAttention):
     states; the multi-head wrapper leaves them at head_dim. The tanh sits between query and key, so
     every (query, key) pair has its own hidden vector: memory O(B H Lq Lk hidden) is inherent here.
     """
+
+    OWN_OPTIONS = (HIDDEN_DIM, QUERY_DIM, KEY_DIM)
 
     def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, hidden_dim: int = 0,
                  query_dim: int | None = None, key_dim: int | None = None, **base_options):

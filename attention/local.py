@@ -1,11 +1,13 @@
 """Luong et al. (2015) local attention: each query sees only a window of 2 * `window` + 1 keys around
 an aligned position, monotonic (local-m) or predicted from the query (local-p)."""
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from attention import option_checks
+from attention import option_specs
 from attention.dot_product import SoftmaxAttention
 from attention.registry import register
 from attention.score_base import ScoreAttention, dot_scores, lecun_normal_per_head, masked_softmax
@@ -29,15 +31,22 @@ def window_band(query_length: int, key_length: int, window: int, positions=None)
     return jnp.abs(distance) <= window
 
 
+WINDOW = option_specs.Option("window", 3, "keys within +- window of the aligned position",
+                             rule=option_specs.at_least(0))
+# Local-p's window sets its Gaussian's width too, which must be positive.
+PREDICTED_WINDOW = dataclasses.replace(WINDOW, rule=option_specs.at_least(1, "sigma = window / 2 must be positive"))
+
+
 @register("local")
 class LocalAttention(SoftmaxAttention):
     """Local-m: scaled dot-product attention restricted to keys within `window` of the aligned position
     (see `aligned_positions`), together with the padding and causal masks."""
 
+    # The window, and not softmax_implementation: its fused path is the auto default (see DotAttention.__call__).
+    OWN_OPTIONS = (WINDOW,)
     keeps_every_key = False  # the window's outside is 0 (ScoreAttention.keeps_every_key)
 
     def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, window: int = 3, **base_options):
-        option_checks.at_least("window", window, 0)
         super().__init__(num_heads=num_heads, head_dim=head_dim, rngs=rngs, **base_options)
         self.window = window
 
@@ -67,10 +76,10 @@ class LocalPredictiveAttention(ScoreAttention):
     returns exactly what `__call__` uses.
     """
 
+    OWN_OPTIONS = (PREDICTED_WINDOW,)
     keeps_every_key = False  # the window's outside is 0 (ScoreAttention.keeps_every_key)
 
     def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, window: int = 3, **base_options):
-        option_checks.at_least("window", window, 1, "sigma = window / 2 must be positive")
         super().__init__(rngs=rngs, **base_options)
         self.scale = head_dim**-0.5
         self.window = window

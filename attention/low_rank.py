@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention import option_checks
+from attention import option_specs
 from attention.registry import register
 from attention.score_base import ScoreAttention, dot_scores, masked_softmax
 
@@ -44,6 +44,10 @@ def project_onto_top_rows(weights, allowed, rank: int):
     return jnp.where(bounded[..., None, None], weights, projected)
 
 
+RANK = option_specs.Option("rank", 32, "m, the rank of the projected softmax weights (its `feature_dim`)",
+                           rule=option_specs.at_least(1))
+
+
 @register("softmax_rank")
 class SoftmaxRankAttention(ScoreAttention):
     """Scaled dot-product softmax weights A, as the `softmax` kind computes them (same scale, same masks),
@@ -65,11 +69,11 @@ class SoftmaxRankAttention(ScoreAttention):
     incremental (ScoreAttention.incremental): it refuses causal=True and the decoding methods. It keeps every
     key and value (the softmax family's state_size)."""
 
+    OWN_OPTIONS = (RANK,)
     incremental = False
     keeps_every_key = False  # its projected rows are no softmax: small or negative weights, no scores
 
     def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, rank: int = 32, **base_options):
-        option_checks.at_least("rank", rank, 1)
         super().__init__(rngs=rngs, **base_options)
         self.scale = head_dim**-0.5
         self.rank = rank

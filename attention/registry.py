@@ -1,9 +1,14 @@
-"""Attention kinds by name: `create`, `names`, `register`, and the options each kind accepts, with defaults."""
-import inspect
+"""Attention kinds by name: `create`, `names`, `register`, and the options each kind reads, with defaults.
+
+A kind's options are its base's `BASE_OPTIONS` followed by its `OWN_OPTIONS` (attention/option_specs.py), an
+own option of a base option's name taking its place (a narrowed one); a kind built of other kinds (based)
+declares them all as its own. Both are class attributes, so a subclass that declares none reads its parent's."""
+from attention.option_specs import Option
 
 _KINDS: dict[str, type] = {}
-# Constructor arguments every kind receives from the multi-head wrapper; the rest are kind options.
-_COMMON_ARGS = ("num_heads", "head_dim", "rngs")
+# Option names no kind reads any more -> the options that replaced them. A config or a `create` that names one is
+# refused, naming its successors: which one it meant depends on the kind, so none is read in its place.
+RETIRED = {"implementation": ("softmax_implementation", "kernelized_implementation")}
 
 
 def register(name: str):
@@ -28,60 +33,56 @@ def get(name: str) -> type:
     return _KINDS[name]
 
 
-def _takes_base_options(cls: type) -> bool:
-    parameters = inspect.signature(cls.__init__).parameters.values()
-    return any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters)
-
-
-def _option_parameters(cls: type) -> list[inspect.Parameter]:
-    """The options of kind class `cls`: its base options where its constructor passes **base_options on, then
-    the keyword arguments it names beyond the common ones.
-
-    Base options are declared once, as the keyword arguments of the constructor of the kind's family base:
-    the first class up its MRO whose constructor takes no **base_options (ScoreAttention: dropout_rate;
-    KernelizedAttention: eps, chunk_size, implementation). A class in between adds none of its own: local, on
-    SoftmaxAttention, takes no implementation. A kind built of other kinds (based) takes no **base_options: it
-    names each option it passes on."""
-    parameters = inspect.signature(cls.__init__).parameters.values()
-    own = [parameter for parameter in parameters if parameter.name not in ("self", *_COMMON_ARGS)
-           and parameter.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)]
-    if not _takes_base_options(cls):
-        return own
-    base = next((base for base in cls.__mro__[1:] if not _takes_base_options(base)), None)
-    if base is None:
-        raise TypeError(f"{cls.__name__} takes **base_options but no class above it declares them")
-    return _option_parameters(base) + own
+def options_of(name: str) -> dict[str, Option]:
+    """The options kind `name` reads, by name: its base's, then its own."""
+    cls = get(name)
+    return {option.name: option for option in (*getattr(cls, "BASE_OPTIONS", ()), *getattr(cls, "OWN_OPTIONS", ()))}
 
 
 def options(name: str) -> tuple[str, ...]:
-    """Names of the options `name` accepts: its base options, then its own keyword arguments."""
-    return tuple(parameter.name for parameter in _option_parameters(get(name)))
+    """Names of the options `name` reads: its base's, then its own."""
+    return tuple(options_of(name))
 
 
 def all_options() -> set[str]:
     return {option for name in _KINDS for option in options(name)}
 
 
+def readers(option: str) -> list[str]:
+    """The kinds that read `option`."""
+    return [name for name in names() if option in options(name)]
+
+
 def option_defaults() -> dict:
-    """Every kind option at its constructor's default, the one source of the configs' `attention.*` values.
+    """Every kind option at its declared default, the one source of the configs' `attention.*` values.
 
     An option means one thing wherever it appears, so kinds sharing a name must share its default. One
     defaulting to None (additive's query_dim, key_dim) is for direct construction only: the multi-head
     wrapper sets those widths itself, so no config carries it."""
     defaults, first_kind = {}, {}
     for name in names():
-        for parameter in _option_parameters(get(name)):
-            option = parameter.name
-            if parameter.default is None:
+        for option in options_of(name).values():
+            if option.default is None:
                 continue
-            if parameter.default is inspect.Parameter.empty:
-                raise TypeError(f"attention kind {name!r}: option {option!r} has no default")
-            first_kind.setdefault(option, name)
-            if defaults.setdefault(option, parameter.default) != parameter.default:
-                raise ValueError(f"option {option!r} defaults to {defaults[option]!r} in kind "
-                                 f"{first_kind[option]!r} but to {parameter.default!r} in {name!r}; an option "
+            first_kind.setdefault(option.name, name)
+            if defaults.setdefault(option.name, option.default) != option.default:
+                raise ValueError(f"option {option.name!r} defaults to {defaults[option.name]!r} in kind "
+                                 f"{first_kind[option.name]!r} but to {option.default!r} in {name!r}; an option "
                                  f"has one default")
     return dict(sorted(defaults.items()))
+
+
+def replacement(option: str) -> str | None:
+    """The options that replaced `option`, a name no kind reads any more, with their values and readers; None
+    for any other name."""
+    if option not in RETIRED:
+        return None
+    successors = []
+    for successor in RETIRED[option]:
+        kinds = readers(successor)
+        choices = dict.fromkeys(value for kind in kinds for value in options_of(kind)[successor].choices)
+        successors.append(f"{successor} ({', '.join(choices)}; read by {', '.join(kinds)})")
+    return " and ".join(successors)
 
 
 def select_options(name: str, candidates: dict) -> dict:
@@ -90,12 +91,20 @@ def select_options(name: str, candidates: dict) -> dict:
     return {key: value for key, value in candidates.items() if key in accepted}
 
 
+def check_options(name: str, values: dict) -> None:
+    """Each value of `values` by kind `name`'s declaration of its option: ValueError for one it does not read
+    (a retired name says its successors) or a value it refuses."""
+    declared = options_of(name)
+    for option in values:
+        if successors := replacement(option):
+            raise ValueError(f"attention option {option!r} is replaced by {successors}")
+    if unknown := sorted(set(values) - set(declared)):
+        raise ValueError(f"attention kind {name!r} takes no option {unknown}; it takes: "
+                         f"{', '.join(declared) or 'none'}")
+    for option, value in values.items():
+        declared[option].check(value)
+
+
 def create(name: str, *, num_heads: int, head_dim: int, rngs, **kind_options):
-    cls = get(name)
-    unknown = set(kind_options) - set(options(name))
-    if unknown:
-        raise ValueError(
-            f"attention kind {name!r} takes no option {sorted(unknown)}; "
-            f"it takes: {', '.join(options(name)) or 'none'}"
-        )
-    return cls(num_heads=num_heads, head_dim=head_dim, rngs=rngs, **kind_options)
+    check_options(name, kind_options)
+    return get(name)(num_heads=num_heads, head_dim=head_dim, rngs=rngs, **kind_options)

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention import masks, option_checks
+from attention import masks, option_specs
 
 
 def dot_scores(q, k, scale: float = 1.0):
@@ -34,15 +34,22 @@ def lecun_normal_per_head(rngs: nnx.Rngs, shape):
     return nnx.Param(jax.random.normal(rngs.params(), shape) * shape[1] ** -0.5)
 
 
+DROPOUT_RATE = option_specs.Option("dropout_rate", 0.0, "dropout on the attention weights, in training",
+                                   rule=option_specs.fraction())
+
+
 class ScoreAttention(nnx.Module):
     """Base of the kinds whose weights are a softmax of `scores(q, k)` over the allowed keys.
 
     A subclass defines `scores`; it may narrow the allowed keys (`allowed`, e.g. to a window) or
     change the weights themselves (`weights`); `__call__` applies dropout to whatever `weights` gives.
 
-    Its constructor declares the options every score kind takes (`dropout_rate`): a kind's constructor
-    passes them on as **base_options (attention/registry.py reads them from here).
+    `BASE_OPTIONS` are the options every score kind reads (`dropout_rate`): a kind's constructor passes them
+    on as **base_options, and declares its own in `OWN_OPTIONS` (attention/registry.py composes the two).
     """
+
+    BASE_OPTIONS = (DROPOUT_RATE,)
+    OWN_OPTIONS = ()
 
     feature_dim = None  # a softmax over scores has no finite feature map: the matrix is not rank-bounded
     feature_dim_bounds_rank = True  # softmax_rank's feature_dim is its rank (see KernelizedAttention's)
@@ -59,7 +66,6 @@ class ScoreAttention(nnx.Module):
     keeps_every_key = True
 
     def __init__(self, *, rngs: nnx.Rngs, dropout_rate: float = 0.0):
-        option_checks.fraction("dropout_rate", dropout_rate)
         self.dropout = nnx.Dropout(dropout_rate, rngs=rngs)
 
     def scores(self, q, k):

@@ -11,7 +11,6 @@ from flax import nnx
 
 import attention
 from attention import fused
-from attention.kernelized_base import KernelizedAttention
 from benchmarks import roofline
 from benchmarks.common import calls_per_timing, machine, machine_text, parse_lengths, seconds_per_call, write_reports
 
@@ -21,7 +20,8 @@ MASKS = ("none", "padding")  # no mask; right padding of the keys
 MODES = {"bidirectional": (False, False), "causal": (True, False),
          "bidirectional + padding": (False, True), "causal + padding": (True, True)}
 MIB = 2**20
-VARIANT = ":"  # a column `kind:implementation`: a kind that takes `implementation`, with that one
+VARIANT = ":"  # a column `kind:implementation`: a kind with that value of its implementation option
+IMPLEMENTATION_OPTIONS = ("softmax_implementation", "kernelized_implementation")  # a kind reads one at most
 # The flags (scripts/command_line.py) that are settings of a measurement, as bench_chunks shares them.
 SETTINGS = ("batch", "heads", "head_dim", "num_features", "dtype", "implementation", "repeats", "max_seconds",
             "max_memory_gb", "seed")
@@ -48,15 +48,16 @@ def kind_of(label: str) -> str:
 
 
 def variant_options(label: str) -> dict:
-    """The options a label sets beyond the benchmark's: {"implementation": ...} for `kind:implementation`
-    (e.g. `linear:autodiff`, the kernelised kinds' autodiff path, beside `linear`)."""
+    """The options a label sets beyond the benchmark's: the kind's implementation option for
+    `kind:implementation` (e.g. `linear:autodiff`, kernelized_implementation=autodiff, beside `linear`)."""
     parts = label.split(VARIANT)
     if len(parts) == 1:
         return {}
-    if len(parts) > 2 or "implementation" not in attention.options(parts[0]):
+    options = [option for option in IMPLEMENTATION_OPTIONS if option in attention.options(parts[0])]
+    if len(parts) > 2 or not options:
         raise SystemExit(f"--kinds: {label!r}: a variant is kind{VARIANT}implementation, for a kind that "
-                         f"takes implementation")
-    return {"implementation": parts[1]}
+                         f"takes {' or '.join(IMPLEMENTATION_OPTIONS)}")
+    return {options[0]: parts[1]}
 
 
 def parse_masks(text: str) -> list[str]:
@@ -67,13 +68,11 @@ def parse_masks(text: str) -> list[str]:
 
 
 def kind_options(kind: str, num_features: int, implementation: str = "auto") -> dict:
-    """The bench's options for `kind`: --num_features and --implementation (softmax's kernel) for the kinds
-    that take them, defaults otherwise (a kernelised kind's `implementation` is its own: auto)."""
+    """The bench's options for `kind`: --num_features and --implementation (softmax_implementation) for the
+    kinds that take them, defaults otherwise (a kernelised kind's kernelized_implementation: auto)."""
     if kind == REFERENCE:
         return {}
-    candidates = {"num_features": num_features}
-    if not issubclass(attention.registry.get(kind_of(kind)), KernelizedAttention):
-        candidates["implementation"] = implementation
+    candidates = {"num_features": num_features, "softmax_implementation": implementation}
     return {**attention.select_options(kind_of(kind), candidates), **variant_options(kind)}
 
 

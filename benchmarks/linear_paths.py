@@ -64,7 +64,7 @@ def measure(columns: list[dict], lengths: list[int], modes: list[str], settings:
     started = time.perf_counter()
     labels = [column["label"] for column in columns]
     layers = {column["label"]: build_layer("linear", settings["heads"], settings["head_dim"],
-                                           {"implementation": column["implementation"],
+                                           {"kernelized_implementation": column["implementation"],
                                             "chunk_size": column["chunk_size"]}) for column in columns}
     traced_in = {column["label"]: lambda strategy=column["strategy"]: forced_strategy(strategy)
                  for column in columns}

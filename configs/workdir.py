@@ -8,6 +8,7 @@ field existed) keeps its default.
 import os
 
 import tasks
+from attention import registry
 from configs.task_configs import BY_TASK
 from training import workdirs
 from training.workdirs import CONFIG_FILE, WorkdirError
@@ -27,6 +28,19 @@ def load_config(workdir: str):
     return from_record(stored, os.path.join(workdir, CONFIG_FILE))
 
 
+def _replaced_at_default(field: str, value, where: str) -> bool:
+    """Whether `field` is an attention option that others replaced (attention/registry.py, RETIRED) at the default
+    they all share: it then says nothing they do not, and is left out. At another value it is refused, naming
+    them: which of them it meant depends on the run's kinds."""
+    block, _, option = field.partition(".")
+    if block != "attention" or not (successors := registry.replacement(option)):
+        return False
+    if {registry.option_defaults()[successor] for successor in registry.RETIRED[option]} == {value}:
+        return True
+    raise WorkdirError(f"{where}: field {field}={value!r} is replaced by {successors}; pass the run's --config with "
+                       f"the one its kinds read")
+
+
 def from_record(record: dict, where: str):
     """The ConfigDict of a config.json without its runtime: its task's default config with the record's
     values; a field the record lacks (written before the field existed) keeps its default."""
@@ -35,6 +49,8 @@ def from_record(record: dict, where: str):
         raise WorkdirError(f"{where}: task={task!r} is not a task of this lab")
     config = BY_TASK[task].get_config()
     for field, value in workdirs.flatten(record).items():
+        if _replaced_at_default(field, value, where):
+            continue
         try:
             config.update_from_flattened_dict({field: value})
         except (KeyError, AttributeError, TypeError) as error:

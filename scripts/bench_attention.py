@@ -13,8 +13,8 @@ kind, `attention.create(kind, num_heads=H, head_dim=D, rngs=nnx.Rngs(0), **optio
 [B, L, H, D] layout). The module's floating state (parameters, Performer's projection) is cast to --dtype
 as the training step casts it. Kernelised kinds that take `num_features` (performer) get --num_features,
 64 = D by default: as many features as the head width, the same rank bound as `linear` (phi = elu + 1 has
-D features), so the two differ only in the feature map. The kinds that take `implementation` (softmax,
-dot: see attention/fused.py) get --implementation; the reference runs the implementation that
+D features), so the two differ only in the feature map. The kinds that take `softmax_implementation`
+(softmax, dot: see attention/fused.py) get --implementation; the reference runs the implementation that
 softmax selects for the same inputs ("auto": cuDNN's flash kernel on an NVIDIA GPU in bfloat16, else
 XLA's), so the two compare one kernel with and without our code around it. --implementation=cudnn where
 cuDNN cannot run (no NVIDIA GPU, float32) is refused before anything compiles.
@@ -46,8 +46,8 @@ The roofline (benchmarks/roofline.py): FLOPs and bytes from XLA's cost analysis 
 loop's body counted once per trip; None where the backend gives none), and this machine's matmul rate and
 memory bandwidth, measured before the first program and after the last (the better counts). Each row gets
 its FLOP rate, its share of the matmul rate and its time over max(FLOPs / matmul rate, bytes / bandwidth).
-A column of --kinds may be a variant `kind:implementation` of a kind that takes `implementation`, e.g.
-`linear:autodiff` (the kernelised kinds' autodiff path) beside `linear`.
+A column of --kinds may be a variant `kind:implementation` of a kind that takes `softmax_implementation` or
+`kernelized_implementation`, e.g. `linear:autodiff` (the kernelised kinds' autodiff path) beside `linear`.
 
 Budget: a kind whose planned memory exceeds --max_memory_gb is not run at that length; a kind whose
 forward+backward takes longer than --max_seconds (median, or the warm-up call alone, in which case it is

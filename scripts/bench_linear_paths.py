@@ -6,7 +6,7 @@
       --columns=xla:16:sequential,xla:32:sequential,xla:64:sequential,xla:32:parallel --out=reports/bench/strategies
   python -m scripts.bench_linear_paths --tables_of=reports/bench/linear_paths_grad/linear_paths.json
 
-Each column is the kind `linear` (B = 1, H = 4, D = 64 by default, float32) with `implementation`, chunk size
+Each column is the kind `linear` (B = 1, H = 4, D = 64 by default, float32) with `kernelized_implementation`, chunk size
 (0: attention/chunking.py's) and, optionally, the strategy of attention/chunked_sums.py forced at trace time
 (else chunking.py's): "autodiff:64" is the autodiff path at the chunk size it ran best at on the CPU from
 1,024 tokens, "xla:0" the custom-VJP sums as the kinds run them by default with chunk_size=0. The program

@@ -173,8 +173,8 @@ def test_polynomial_kinds_take_the_explicit_matrix_below_m_keys_and_equal_their_
     mask = harness.mask(key_valid)
 
     def attend(implementation, q, k, v):
-        module = attention.create(name, num_heads=H, head_dim=D, rngs=nnx.Rngs(0), implementation=implementation,
-                                  **{option: 4})
+        module = attention.create(name, num_heads=H, head_dim=D, rngs=nnx.Rngs(0),
+                                  kernelized_implementation=implementation, **{option: 4})
         return module(q, k, v, mask, causal=causal)
 
     def loss(implementation):

@@ -66,7 +66,7 @@ def test_json_records_machine_settings_dtype_and_implementation(tiny_run):
     assert settings["padding"] == 0.1
     # The implementation reaches the kinds that take it, and the reference runs what softmax selects.
     assert settings["implementation"] == "xla" and settings["reference_implementation"] == "xla"
-    assert result["options"] == {"softmax": {"implementation": "xla"}, "linear": {}, "reference": {}}
+    assert result["options"] == {"softmax": {"softmax_implementation": "xla"}, "linear": {}, "reference": {}}
 
 
 def test_markdown_has_a_table_per_mode_and_the_png_exists(tiny_run):

@@ -116,8 +116,8 @@ def test_attention_benchmark_takes_variants_and_puts_each_kind_against_its_roofl
     bench_attention.main(["--lengths=16", "--heads=2", "--head_dim=8", "--repeats=1", "--masks=none",
                           "--kinds=softmax,linear,linear:autodiff", f"--out={tmp_path}"])
     result = json.loads((tmp_path / "attention.json").read_text())
-    assert result["options"] == {"softmax": {"implementation": "auto"}, "linear": {},
-                                 "linear:autodiff": {"implementation": "autodiff"}}
+    assert result["options"] == {"softmax": {"softmax_implementation": "auto"}, "linear": {},
+                                 "linear:autodiff": {"kernelized_implementation": "autodiff"}}
     assert len(result["rows"]) == 6
     assert all(row["over_roofline"] > 0 and row["flops"] > 0 and row["bytes_accessed"] > 0 for row in result["rows"])
     assert "Time over the roofline" in (tmp_path / "attention.md").read_text()

@@ -68,9 +68,13 @@ def _files(workdir: str) -> dict[str, bytes]:
      "error: config.dataset.train_file='/tmp/x.tsv' is read only when dataset.name='files' (it is 'scan'); "
      "add --config.dataset.name=files, or leave train_file out"),
     (["--config.learning_rate=fast"], "error: flag --config.learning_rate=fast: "),
-    (["--config.attention.implementation=cudnn"],  # refused before the first step compiles, not by it
-     "error: config.attention.implementation='cudnn' (kind 'softmax') cannot run here: it needs an NVIDIA GPU; "
-     "this process runs on cpu; use 'auto' (it takes what runs here) or 'xla'"),
+    (["--config.attention.softmax_implementation=cudnn"],  # refused before the first step compiles, not by it
+     "error: config.attention.softmax_implementation='cudnn' (kind 'softmax') cannot run here: it needs an NVIDIA "
+     "GPU; this process runs on cpu; use 'auto' (it takes what runs here) or 'xla'"),
+    (["--config.attention.implementation=cudnn"],  # the option before its split: no alias, its replacements named
+     f"error: --config.attention.implementation: no such field of {ROOT}/configs/translation.py; it is replaced by "
+     "softmax_implementation (auto, xla, cudnn; read by dot, scaled_dot, softmax) and kernelized_implementation "
+     "(auto, xla, pallas, autodiff; read by based, "),
 ])
 def test_a_bad_config_is_one_line_and_creates_no_workdir(tmp_path, flags, line):
     workdir = tmp_path / "run"

@@ -201,9 +201,9 @@ def test_initial_values_state_size_and_paths(kind):
         np.testing.assert_array_equal(module.gate_bias[...], 3.0)
     assert module.state_size(D, 5, 1000, True) == D * 5
     for implementation in ("xla", "pallas"):
-        with pytest.raises(ValueError, match=f"^implementation='{implementation}' must be one of 'auto', "
+        with pytest.raises(ValueError, match=f"^kernelized_implementation='{implementation}' must be one of 'auto', "
                                              f"'autodiff'$"):
-            attention.create(kind, num_heads=H, head_dim=D, rngs=nnx.Rngs(0), implementation=implementation)
+            attention.create(kind, num_heads=H, head_dim=D, rngs=nnx.Rngs(0), kernelized_implementation=implementation)
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -1,4 +1,4 @@
-"""attention.implementation: which implementation `auto` picks and why, the mask given to cuDNN as key
+"""attention.softmax_implementation: which implementation `auto` picks and why, the mask given to cuDNN as key
 lengths, and (on an NVIDIA GPU, make test-accelerator) cuDNN's outputs and gradients against XLA's."""
 import jax
 import jax.numpy as jnp
@@ -66,7 +66,7 @@ def test_attention_over_lengths_matches_dense_reference(causal):
 @pytest.mark.parametrize("causal", [False, True])
 def test_lengths_give_the_mask_paths_outputs_and_gradients(causal):
     """What cuDNN receives (lengths, is_causal) computes, through XLA, what the mask path computes."""
-    module = attention.create("softmax", num_heads=H, head_dim=D, rngs=nnx.Rngs(0), implementation="xla")
+    module = attention.create("softmax", num_heads=H, head_dim=D, rngs=nnx.Rngs(0), softmax_implementation="xla")
     mask = _right_padding_mask(LENGTHS)
 
     def loss(via_lengths, q, k, v):
@@ -99,7 +99,7 @@ def test_auto_picks_xla_where_cudnn_cannot_run_and_says_why_once_on_a_gpu(capsys
     printed = capsys.readouterr().out.splitlines()
     assert len(printed) == on_gpu and all(reason in line for line in printed)
     assert fused.select("xla", q, v, None, False) == "xla"
-    with pytest.raises(ValueError, match=f"attention.implementation='cudnn' cannot run here: {reason}"):
+    with pytest.raises(ValueError, match=f"attention.softmax_implementation='cudnn' cannot run here: {reason}"):
         fused.select("cudnn", q, v, None, False)
 
 
@@ -143,7 +143,7 @@ def test_softmax_module_routes_the_cudnn_choice_through_lengths(nvidia_gpu, monk
     mask = _right_padding_mask(LENGTHS)
     fused_out = attention.create("softmax", num_heads=H, head_dim=D, rngs=nnx.Rngs(0))(q, k, v, mask, causal=causal)
     assert calls == [("cudnn", True, causal)]
-    xla = attention.create("softmax", num_heads=H, head_dim=D, rngs=nnx.Rngs(0), implementation="xla")
+    xla = attention.create("softmax", num_heads=H, head_dim=D, rngs=nnx.Rngs(0), softmax_implementation="xla")
     np.testing.assert_allclose(np.asarray(fused_out, np.float32), np.asarray(xla(q, k, v, mask, causal=causal),
                                                                              np.float32), atol=1e-2)
     calls.clear()
@@ -152,8 +152,8 @@ def test_softmax_module_routes_the_cudnn_choice_through_lengths(nvidia_gpu, monk
 
 
 def test_an_unknown_implementation_is_refused():
-    with pytest.raises(ValueError, match="implementation='flash' is not one of auto, xla, cudnn"):
-        attention.create("softmax", num_heads=H, head_dim=D, rngs=nnx.Rngs(0), implementation="flash")
+    with pytest.raises(ValueError, match="^softmax_implementation='flash' must be one of 'auto', 'xla', 'cudnn'$"):
+        attention.create("softmax", num_heads=H, head_dim=D, rngs=nnx.Rngs(0), softmax_implementation="flash")
 
 
 @pytest.mark.skipif(not any(d.platform == "gpu" and "nvidia" in d.device_kind.lower() for d in jax.devices()),
@@ -169,7 +169,7 @@ def test_cudnn_matches_xla_in_bfloat16(causal, cross):
 
     def run(implementation):
         module = attention.create("softmax", num_heads=H, head_dim=D, rngs=nnx.Rngs(0),
-                                  implementation=implementation)
+                                  softmax_implementation=implementation)
         loss = lambda q, k, v: jnp.sum(module(q, k, v, mask, causal=causal).astype(jnp.float32) ** 2)
         return module(q, k, v, mask, causal=causal), jax.grad(loss, argnums=(0, 1, 2))(q, k, v)
 

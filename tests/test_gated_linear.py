@@ -228,8 +228,10 @@ def test_initial_gates_are_near_one():
 
 @pytest.mark.parametrize("implementation", ["xla", "pallas"])
 def test_implementations_it_has_not_are_refused(implementation):
-    with pytest.raises(ValueError, match=f"^implementation='{implementation}' must be one of 'auto', 'autodiff'"):
-        attention.create("gated_linear", num_heads=H, head_dim=D, rngs=nnx.Rngs(0), implementation=implementation)
+    with pytest.raises(ValueError, match=f"^kernelized_implementation='{implementation}' must be one of 'auto', "
+                                         f"'autodiff'"):
+        attention.create("gated_linear", num_heads=H, head_dim=D, rngs=nnx.Rngs(0),
+                         kernelized_implementation=implementation)
 
 
 def test_state_size_is_the_linear_kinds():

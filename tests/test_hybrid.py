@@ -98,7 +98,7 @@ def _taylor_kernel(s, order):
 
 @pytest.mark.parametrize("window, taylor_order, options", [
     (1, 4, {}),  # m = C(4 + 4, 4) = 70 above the 18 keys: Taylor's explicit Lq x Lk path
-    (0, 2, {"chunk_size": 4, "implementation": "xla", "eps": 1e-3}),  # m = 15: the chunked custom-VJP sums
+    (0, 2, {"chunk_size": 4, "kernelized_implementation": "xla", "eps": 1e-3}),  # m = 15: the chunked custom-VJP sums
 ])
 def test_options_reach_both_parts(window, taylor_order, options):
     """Against the formula written here: the mean of the order-p Taylor kernel of q.k / sqrt(d) normalised
@@ -131,7 +131,8 @@ def test_feature_dim_is_taylors_m_and_bounds_no_rank():
 @pytest.mark.parametrize("option, value, message", [
     ("window", -1, "window=-1 must be an integer >= 0"),
     ("taylor_order", 3, "taylor_order=3 must be a positive even integer"),
-    ("implementation", "cudnn", "implementation='cudnn' must be one of 'auto', 'xla', 'pallas', 'autodiff'"),
+    ("kernelized_implementation", "cudnn",
+     "kernelized_implementation='cudnn' must be one of 'auto', 'xla', 'pallas', 'autodiff'"),
 ])
 def test_a_bad_option_is_refused_naming_it(option, value, message):
     with pytest.raises(ValueError, match="^" + message):

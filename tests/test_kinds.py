@@ -1,7 +1,8 @@
 """Every kind of the attention package is held to the contract of tests/kind_harness.py (run by
 tests/test_contract_*.py and tests/test_hybrid.py): a registered kind without a dense reference, or outside them,
-fails here; docs/attention.md's table of options is the registry's, and the options every kind of a base takes are
-declared by that base alone."""
+fails here; docs/attention.md's table of options is the registry's, the options every kind of a base takes are
+declared by that base alone, and what a kind declares is what its constructor takes."""
+import dataclasses
 import inspect
 import pathlib
 import re
@@ -12,7 +13,7 @@ from flax import nnx
 import attention
 from attention import registry
 from attention.hybrid import BasedAttention
-from attention.kernelized_base import KernelizedAttention
+from attention.kernelized_base import EPS, KernelizedAttention
 from attention.score_base import ScoreAttention
 from kind_harness import package_kinds, package_kinds_of, reference_for
 
@@ -32,16 +33,38 @@ def test_the_contract_files_run_every_kind_of_the_package():
 
 @pytest.mark.parametrize("base", [ScoreAttention, KernelizedAttention], ids=lambda base: base.__name__)
 def test_base_options_are_declared_once_by_the_base(base):
-    """The base's constructor names them; each kind on it takes them first, through **base_options, and
-    names none of them again."""
-    base_options = tuple(option for option in inspect.signature(base.__init__).parameters if option not in
-                         ("self", "rngs"))
+    """The base declares them and its constructor names them; each kind on it reads them first, through
+    **base_options, and its constructor names none of them again."""
+    base_options = tuple(option.name for option in base.BASE_OPTIONS)
+    assert base_options == tuple(option for option in inspect.signature(base.__init__).parameters
+                                 if option not in ("self", "rngs"))
     kinds = package_kinds_of(base)
-    assert base_options
     assert [kind for kind in kinds if attention.options(kind)[:len(base_options)] != base_options] == []
     restated = {kind: sorted(set(inspect.signature(registry.get(kind).__init__).parameters) & set(base_options))
                 for kind in kinds}
     assert {kind: options for kind, options in restated.items() if options} == {}
+
+
+def _constructor_default(cls: type, option: str):
+    """The default of `option` in the first constructor up cls's MRO that names it (a kind passes its base's
+    options on as **base_options)."""
+    return next(inspect.signature(ancestor.__init__).parameters[option].default for ancestor in cls.__mro__
+                if option in inspect.signature(ancestor.__init__).parameters)
+
+
+@pytest.mark.parametrize("kind", PACKAGE_KINDS)
+def test_a_kind_declares_what_its_constructor_takes_at_its_defaults(kind):
+    """Every keyword its constructor names beyond the wrapper's is declared, and every declared option is taken,
+    at the declared default; building it with every declared default works."""
+    cls = registry.get(kind)
+    named = [name for name, parameter in inspect.signature(cls.__init__).parameters.items()
+             if name not in ("self", "num_heads", "head_dim", "rngs") and parameter.kind is parameter.KEYWORD_ONLY]
+    declared = attention.options_of(kind)
+    assert [name for name in named if name not in declared] == []
+    assert {name: _constructor_default(cls, name) for name in declared} == {
+        name: option.default for name, option in declared.items()}
+    attention.create(kind, num_heads=2, head_dim=4, rngs=nnx.Rngs(0),
+                     **{name: option.default for name, option in declared.items()})
 
 
 @pytest.mark.parametrize("kind", attention.names())
@@ -51,12 +74,13 @@ def test_every_registered_kind_has_a_dense_reference(kind):
 
 # Base options first, then options of one kind; chunk_size 1.5: an integer option takes integers only.
 BAD_VALUES = [("dropout_rate", 1.0), ("dropout_rate", -0.1), ("eps", 0.0), ("eps", -1e-6), ("chunk_size", -1),
-              ("chunk_size", 1.5), ("num_features", 0), ("redraw_every_steps", -1), ("distill_weight", -0.5),
+              ("chunk_size", 1.5), ("kernelized_implementation", "cudnn"), ("softmax_implementation", "pallas"),
+              ("num_features", 0), ("redraw_every_steps", -1), ("distill_weight", -0.5),
               ("hedgehog_logit_scale", 0.0), ("gate", "vector")]
 
 
 @pytest.mark.parametrize("option, value", BAD_VALUES)
-def test_a_bad_option_value_is_refused_by_the_constructor_naming_it(option, value):
+def test_a_bad_option_value_is_refused_by_its_declaration_naming_it(option, value):
     """By every kind that takes the option, in a message that starts with option=value (training/validate.py
     reports it under the config field)."""
     kinds = [kind for kind in PACKAGE_KINDS if option in attention.options(kind)]
@@ -66,28 +90,28 @@ def test_a_bad_option_value_is_refused_by_the_constructor_naming_it(option, valu
             attention.create(kind, num_heads=2, head_dim=4, rngs=nnx.Rngs(0), **{option: value})
 
 
-def _readme_options() -> dict[str, tuple[str, str]]:
-    """docs/attention.md's table of options: option -> (default, kinds), as written."""
+def _readme_options() -> dict[str, tuple[str, str, str]]:
+    """docs/attention.md's table of options: option -> (default, kinds, what it sets), as written."""
     readme = (pathlib.Path(__file__).parents[1] / "docs" / "attention.md").read_text()
     table = readme[readme.index("| option | default | kinds | what it sets |"):].split("\n\n")[0]
     rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()[2:]]
-    return {option.strip("`"): (default, kinds) for option, default, kinds, _ in rows}
+    return {option.strip("`"): (default, kinds, help) for option, default, kinds, help in rows}
 
 
 def test_readme_table_of_options_is_the_registry():
-    """Every option with its constructor default and the kinds that take it (the package's, and their
-    aliases), one row each."""
+    """Every option with its declared default, the kinds that take it (the package's, and their aliases) and its
+    help, one row each: the help of an option is one, whichever kind declares it."""
     kinds = {option: [name for name in PACKAGE_KINDS if option in attention.options(name)]
              for option in attention.option_defaults()}
-    want = {option: (str(default), ", ".join(kinds[option]))
+    helps = {option: {attention.options_of(kind)[option].help for kind in kinds[option]} for option in kinds}
+    want = {option: (str(default), ", ".join(kinds[option]), *helps[option])
             for option, default in attention.option_defaults().items() if kinds[option]}
     assert _readme_options() == want
 
 
 def test_a_kind_without_a_reference_or_with_a_second_default_is_refused(monkeypatch):
     class Unreferenced(registry.get("linear")):
-        def __init__(self, *, num_heads, head_dim, rngs, eps: float = 1e-3, chunk_size: int = 64):
-            super().__init__(num_heads=num_heads, head_dim=head_dim, rngs=rngs, eps=eps, chunk_size=chunk_size)
+        OWN_OPTIONS = (dataclasses.replace(EPS, default=1e-3),)
 
     monkeypatch.setitem(registry._KINDS, "unreferenced", Unreferenced)  # undone after the test
     with pytest.raises(LookupError, match="'unreferenced' has no dense reference"):

@@ -1,5 +1,5 @@
 """The kernelised kinds' paths against each other: the custom-VJP sums (attention/chunked_sums.py,
-`implementation="xla"`) against the reference path (`implementation="autodiff"`, XLA's autodiff of
+`kernelized_implementation="xla"`) against the reference path (`kernelized_implementation="autodiff"`, XLA's autodiff of
 the chunked sums), and the Pallas kernels (attention/linear_pallas.py, in interpret mode on the CPU) against
 the custom-VJP sums: the same outputs and gradients within float32 rounding, for every kind, both strategies
 of carrying the state across chunks, lengths that are not a multiple of the chunk, padded keys, and the
@@ -29,7 +29,8 @@ KiB = 1024
 
 
 def _module(kind, implementation, chunk_size):
-    options = {**reference_for(kind).options, "chunk_size": chunk_size, "implementation": implementation}
+    options = {**reference_for(kind).options, "chunk_size": chunk_size,
+               "kernelized_implementation": implementation}
     module = attention.create(kind, num_heads=H, head_dim=D, rngs=nnx.Rngs(jax.random.key(0, impl="rbg")),
                               **options)
     params = nnx.state(module, nnx.Param)  # hedgehog's weight away from the identity it starts at
@@ -74,9 +75,13 @@ def _compare(kind, strategy, monkeypatch, length, chunk_size, growth=0.0, paths=
     _assert_same(*(_results(kind, path, chunk_size, *arguments) for path in paths))
 
 
+# The kinds with the custom-VJP sums: gated_linear and the delta rule's have one path.
+WITH_XLA_PATH = [kind for kind in package_kinds_of(KernelizedAttention)
+                 if "xla" in registry.options_of(kind)["kernelized_implementation"].choices]
+
+
 @pytest.mark.parametrize("strategy", chunked_sums.STRATEGIES)
-@pytest.mark.parametrize("kind", [kind for kind in package_kinds_of(KernelizedAttention)
-                                  if "xla" in registry.get(kind).implementations])  # gated_linear has one path
+@pytest.mark.parametrize("kind", WITH_XLA_PATH)
 def test_custom_vjp_equals_the_autodiff_path(kind, strategy, monkeypatch):
     """13 positions in chunks of 5: the last chunk padded."""
     _compare(kind, strategy, monkeypatch, length=13, chunk_size=5)
@@ -106,7 +111,7 @@ def test_an_explicit_pallas_off_a_gpu_says_once_that_it_runs_in_interpret_mode(m
     for _ in range(3):  # as the train step, the eval step and each layer trace it
         kernel_sums.causal_linear_attention(phi, phi, phi, 1e-6, 4, implementation="pallas")
     assert capsys.readouterr().out == (
-        f"warning: attention.implementation='pallas' on {jax.default_backend()}: the Pallas kernels run in "
+        f"warning: attention.kernelized_implementation='pallas' on {jax.default_backend()}: the Pallas kernels run in "
         f"interpret mode (as XLA operations, far slower than 'xla'; for tests); 'auto' takes XLA's sums here\n")
     kernel_sums.causal_linear_attention(phi, phi, phi, 1e-6, 4, implementation="auto")
     assert capsys.readouterr().out == ""
@@ -226,8 +231,8 @@ def test_import_attention_without_pallas_triton_and_pallas_is_refused_in_one_lin
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT,
                             env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=300)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("attention.implementation='pallas' cannot run here: this jax has no Pallas "
-                                    "Triton backend (jax.experimental.pallas.triton: ")
+    assert result.stdout.startswith("attention.kernelized_implementation='pallas' cannot run here: this jax has no "
+                                    "Pallas Triton backend (jax.experimental.pallas.triton: ")
     assert len(result.stdout.splitlines()) == 1
 
 

@@ -102,8 +102,19 @@ def describe_config(config, spec: str) -> str:
     return f"config: {shown}{colon}{arg}" + (f"; changed: {changed}" if changed else "; as its presets set it")
 
 
+def _replaced_option(field: str) -> str | None:
+    """What replaced `field` where it is an attention option no kind reads any more (attention/registry.py)."""
+    block, _, option = field.partition(".")
+    if block != "attention":
+        return None
+    from attention import registry  # registers every kind with it: only a mistyped attention field needs them
+
+    return registry.replacement(option)
+
+
 def _unknown_field(argv, default_config: str | None) -> str | None:
-    """The first `--config.<field>` override that names no field of the config, with the closest ones."""
+    """The first `--config.<field>` override that names no field of the config, with the closest ones or, for a
+    replaced attention option, its replacements."""
     overrides = [re.match(r"--(?:no)?config\.([^=]+)", arg).group(1) for arg in argv
                  if re.match(r"--(?:no)?config\.", arg)]
     spec = _flag_value(argv, "config") or default_config
@@ -115,6 +126,8 @@ def _unknown_field(argv, default_config: str | None) -> str | None:
         return None
     for name in overrides:
         if name not in fields:
+            if successors := _replaced_option(name):
+                return f"--config.{name}: no such field of {spec}; it is replaced by {successors}"
             parent = name.rpartition(".")[0]
             siblings = [field for field in fields if field.rpartition(".")[0] == parent]
             hint = (did_you_mean(name, fields) or siblings and f"; did you mean {', '.join(siblings)}?" or

@@ -2,11 +2,9 @@
 in each task's check_config (tasks/interface.py) the task's own."""
 import os
 
-from flax import nnx
-
 import attention
 import tasks
-from attention import fused, linear_pallas
+from attention import fused, linear_pallas, registry
 from models import CAUSAL_ROLES, ROLES
 from training import model_config, profiling, sharding, steps, workdirs
 from training.config_checks import ConfigError, check_int, check_number, choice
@@ -51,31 +49,38 @@ def _check_attention_fields(config, task) -> None:
                                    "attends causally")
     known_options = attention.all_options() | {"name", *ROLES}
     for key in config.attention:
+        if successors := registry.replacement(key):
+            raise ConfigError(f"config.attention.{key} is replaced by {successors}")
         choice(f"attention.{key} (an attention option)", key, sorted(known_options))
 
 
-def _build_kind(config, kind: str, options: dict) -> None:
-    """The kind with these options, built as a model of this config would build it: its constructor
-    checks their values (num_features >= 1, eps > 0, an even Taylor order, ...)."""
-    head_dim = config.model.qk_head_dim or config.model.d_model // config.model.num_heads
-    attention.create(kind, num_heads=config.model.num_heads, head_dim=head_dim, rngs=nnx.Rngs(0), **options)
+# Implementations that run on some devices only: option -> (value, why it cannot run on this process's, or None).
+DEVICE_BOUND = {"softmax_implementation": ("cudnn", fused.platform_unsupported),
+                "kernelized_implementation": ("pallas", lambda: linear_pallas.UNAVAILABLE or None)}
 
 
-def _check_implementation_here(kind: str, implementation: str | None) -> None:
+def _check_implementation_here(config, kind: str) -> None:
     """An explicit implementation that cannot run on this process's devices whatever the shapes, refused here
     rather than when the first step compiles (a workdir already written)."""
-    reasons = {"cudnn": fused.platform_unsupported, "pallas": lambda: linear_pallas.UNAVAILABLE or None}
-    if implementation in reasons and (reason := reasons[implementation]()):
-        raise ConfigError(f"config.attention.implementation={implementation!r} (kind {kind!r}) cannot run here: "
-                          f"{reason}; use 'auto' (it takes what runs here) or 'xla'")
+    for option, (value, unsupported) in DEVICE_BOUND.items():
+        if option in attention.options(kind) and config.attention.get(option) == value and (reason := unsupported()):
+            raise ConfigError(f"config.attention.{option}={value!r} (kind {kind!r}) cannot run here: {reason}; use "
+                              f"'auto' (it takes what runs here) or 'xla'")
 
 
-def _check_unread_option(config, option: str, value) -> None:
-    """An option that no kind in use reads must still be a value some kind that takes it accepts."""
+def _check_unread_option(option: str, value, role_kinds: dict[str, str]) -> None:
+    """An option that no kind in use reads: refused where its declaration says so (an implementation option, which
+    would choose nothing), else it must still be a value that some kind that reads it accepts."""
+    kinds = registry.readers(option)
+    declared = registry.options_of(kinds[0])[option]
+    if declared.refused_where_unread:
+        in_use = ", ".join(f"{role}: {kind}" for role, kind in role_kinds.items())
+        raise ConfigError(f"config.attention.{option}={value!r} is read by no kind in use ({in_use}), only by "
+                          f"{', '.join(kinds)}; leave it at {declared.default!r}")
     first_refusal = ""
-    for kind in (kind for kind in attention.names() if option in attention.options(kind)):
+    for kind in kinds:
         try:
-            _build_kind(config, kind, {option: value})
+            registry.options_of(kind)[option].check(value)
             return
         except ValueError as error:
             first_refusal = first_refusal or f"kind {kind!r} refuses it: {error}"
@@ -83,20 +88,21 @@ def _check_unread_option(config, option: str, value) -> None:
 
 
 def _check_kind_options(config, task) -> None:
-    """Builds each kind in use once with its options, and for an option set away from its default that
-    none of them reads, a kind that takes it: the kinds' constructors check the values, here, before any
-    data is built or anything is compiled."""
+    """Checks each option a kind in use reads by that kind's declaration (attention/registry.py), building no
+    kind, and each option set away from its default that none of them reads: here, before any data is built
+    or anything is compiled."""
+    role_kinds = model_config.role_kinds(config, task.roles(config))
     in_use = model_config.kind_options(config, task.roles(config))
     for kind, options in in_use.items():
         try:
-            _build_kind(config, kind, options)
+            registry.check_options(kind, options)
         except ValueError as error:
             raise ConfigError(f"config.attention options for kind {kind!r}: {error}") from None
-        _check_implementation_here(kind, options.get("implementation"))
-    read = {option for options in in_use.values() for option in options}
+        _check_implementation_here(config, kind)
+    read = {option for kind in in_use for option in attention.options(kind)}
     for option, default in attention.option_defaults().items():
         if option not in read and config.attention.get(option, default) != default:
-            _check_unread_option(config, option, config.attention[option])
+            _check_unread_option(option, config.attention[option], role_kinds)
 
 
 def _check_convolution(config, task) -> None:
