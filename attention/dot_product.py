@@ -50,7 +50,7 @@ class DotAttention(ScoreAttention):
             return super().__call__(q, k, v, mask, causal=causal)
         # A kind that narrows the causal keys further (local's window) must keep its own mask: neither
         # is_causal nor key lengths would express the narrowing.
-        narrowed = self.keys_seen(k.shape[1], causal) < k.shape[1]
+        narrowed = self.narrows_keys(k.shape[1])
         if fused.select(self.implementation, q, v, mask, narrowed) == "cudnn":
             return fused.attention_over_lengths(q, k, v, fused.key_lengths(mask, q.shape[0]), scale=self.scale,
                                                 causal=causal, implementation="cudnn")

@@ -54,6 +54,11 @@ class LocalAttention(SoftmaxAttention):
         """The window: the `window` keys before a query and itself, or those after it too."""
         return min(seq_len, (1 if causal else 2) * self.window + 1)
 
+    def narrows_keys(self, seq_len: int) -> bool:
+        """Beyond window + 1 keys the first query (and, causally, the last) loses a key to the window, even
+        where a bidirectional query in the middle, seeing 2 window + 1 keys, loses none."""
+        return seq_len > self.window + 1
+
     def allowed(self, q, k, mask, causal, rows=None):
         positions, query_length = (None, q.shape[1]) if rows is None else rows
         band = window_band(query_length, k.shape[1], self.window, positions)

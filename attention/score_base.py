@@ -102,6 +102,10 @@ class ScoreAttention(nnx.Module):
         """How many keys one query can attend to at most."""
         return seq_len
 
+    def narrows_keys(self, seq_len: int) -> bool:
+        """Whether some query sees fewer of `seq_len` keys than the mask and causality allow (a window)."""
+        return False
+
     def init_cache(self, batch: int, max_len: int, num_heads: int, key_dim: int, value_dim: int,
                    dtype=jnp.float32):
         """Keys [B, max_len, H, Dk], values [B, max_len, H, Dv] and which positions hold a real

@@ -142,3 +142,16 @@ def test_forced_forward_spreads_a_repeated_query_evenly_after_its_first_step():
     uniform = key_valid / key_valid.sum(-1, keepdims=True)
     np.testing.assert_allclose(weights[:, :, 1:], np.broadcast_to(uniform[:, None, None], (B, H, 4, 9)), atol=1e-6)
     assert np.all(weights[:, :, 0].max(-1) > 2 * uniform.max(-1)[:, None])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_local_says_it_narrows_the_keys_exactly_where_its_window_drops_one(causal):
+    """The fused softmax path (cuDNN) takes key lengths and the causal flag only, so a kind whose window
+    drops any key the mask would allow must keep its own mask: between window + 2 and 2 window + 1 keys a
+    bidirectional window drops keys of the edge queries alone."""
+    local = _create("local")
+    for length in range(1, 3 * WINDOW + 3):
+        q, k, _, _ = harness.inputs(seed=15, lq=length, lk=length)
+        weights = np.asarray(local.weights(*harness.f32(q, k), None, causal=causal))
+        unrestricted = np.tril(np.ones((length, length), bool)) if causal else np.ones((length, length), bool)
+        assert local.narrows_keys(length) == bool((weights[..., unrestricted] == 0).any()), length
