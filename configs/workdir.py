@@ -9,8 +9,8 @@ import os
 
 import tasks
 from configs.task_configs import BY_TASK
-from training import workdirs
-from training.workdirs import CONFIG_FILE, WorkdirError
+from runtime import workdirs
+from runtime.workdirs import CONFIG_FILE, WorkdirError
 
 
 def get_config(path: str | None = None):

@@ -17,10 +17,10 @@ from flax import nnx
 from analysis import plots
 from attention import aux_losses
 from data.prefetch import prefetch
+from runtime import atomic, devices, interrupts, locks, profiling, workdirs
+from runtime.checkpoints import Checkpoints
 import tasks
-from training import (atomic, devices, evaluation, interrupts, locks, metrics, model_config, profiling, sharding,
-                      validate, workdirs)
-from training.checkpoints import Checkpoints
+from training import evaluation, metrics, model_config, sharding, validate
 from training.metrics import MetricsWriter, read_metrics
 from training.steps import create_optimizer, init_state, learning_rate_schedule, make_eval_step, make_train_step
 
