@@ -11,7 +11,8 @@ import os
 from absl import flags, logging
 from ml_collections import config_flags
 
-from training import cli, evaluation
+from runtime import cli
+from training import evaluation
 from training.loop import evaluate, test_summary
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file[:presets]; default: the workdir's own, "

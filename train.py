@@ -4,7 +4,7 @@
 
 A workdir belongs to the config it started with: a restart with other values is refused, unless the
 changed fields may change within a run and are named, e.g. `--config.num_train_steps=6000
---config.resume_with_changes=num_train_steps` (training/workdirs.py). Under `wandb agent`,
+--config.resume_with_changes=num_train_steps` (runtime/workdirs.py). Under `wandb agent`,
 `--workdir=runs/sweeps/mlm/{wandb_run_id}` gives each run of the sweep its own workdir, named by its W&B
 run id (see sweeps/). A mistake in the flags, config, data or workdir ends in one line and exit status 2
 (--debug: with its traceback). A finished run (its eval.json at its last step) says so and exits;
@@ -15,7 +15,8 @@ import json
 from absl import flags, logging
 from ml_collections import config_flags
 
-from training import cli, metrics, validate, workdirs
+from runtime import cli, workdirs
+from training import metrics, validate
 from training.loop import train_and_evaluate
 
 DEFAULT_CONFIG = "configs/translation.py"

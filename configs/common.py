@@ -87,7 +87,7 @@ def wandb_config() -> ml_collections.ConfigDict:
 
 
 def add_resume_field(config: ml_collections.ConfigDict) -> None:
-    """What a restart may change: a workdir belongs to the config it started with (training/workdirs.py)."""
+    """What a restart may change: a workdir belongs to the config it started with (runtime/workdirs.py)."""
     # Comma-separated fields or blocks that a restart of the workdir changes on purpose, e.g.
     # "num_train_steps" to extend the run; only the schedule, eval, wandb and sharding may change.
     config.resume_with_changes = ""

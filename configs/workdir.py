@@ -10,8 +10,8 @@ import os
 import tasks
 from attention import registry
 from configs.task_configs import BY_TASK
-from training import workdirs
-from training.workdirs import CONFIG_FILE, WorkdirError
+from runtime import workdirs
+from runtime.workdirs import CONFIG_FILE, WorkdirError
 
 
 def get_config(path: str | None = None):

@@ -33,7 +33,7 @@ import zipfile
 import numpy as np
 
 from data import paths
-from training import atomic
+from runtime import atomic
 
 OPERATORS = ("MIN", "MAX", "MED", "SM")
 _OPENERS = tuple(f"[{operator}" for operator in OPERATORS)

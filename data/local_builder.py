@@ -11,7 +11,7 @@ import sys
 
 import tensorflow_datasets as tfds
 
-from training import atomic, locks
+from runtime import atomic, locks
 
 
 class LocalBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):

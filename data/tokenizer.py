@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 import sentencepiece as spm
 
 from data.files import DataFileError
-from training import atomic, locks
+from runtime import atomic, locks
 
 PAD, UNK, EOS, MASK = 0, 1, 2, 3
 NUM_SPECIAL = 4  # ids below this are never drawn as random replacement tokens

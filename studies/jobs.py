@@ -1,5 +1,5 @@
 """The training processes of a study: train.py's command line for one (run, seed), whether its workdir holds
-a finished run, and the unfinished ones trained in parallel, one process per device (training/devices.py)."""
+a finished run, and the unfinished ones trained in parallel, one process per device (runtime/devices.py)."""
 import concurrent.futures
 import os
 import queue
@@ -11,9 +11,9 @@ import time
 
 from configs.grids import Run, Study
 from data import paths
+from runtime import devices, locks
+from runtime.workdirs import CONFIG_FILE, WorkdirError, read_json
 from studies import StudyError, children
-from training import devices, locks
-from training.workdirs import CONFIG_FILE, WorkdirError, read_json
 
 ROOT = paths.REPOSITORY
 Job = tuple[str, list[str], str]  # (label, train.py command, workdir) of one (run, seed)
@@ -151,7 +151,7 @@ def train_all(jobs: list[Job], environments: list[dict | None]):
 
 def job_environments(workers: int | None) -> list[dict | None]:
     """One environment per concurrent training process: `workers` of them, or by default one per
-    accelerator of this machine (one per CPU core without one); see training/devices.py."""
+    accelerator of this machine (one per CPU core without one); see runtime/devices.py."""
     if workers == 1:
         return [None]
     info = devices.probe()

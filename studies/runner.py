@@ -9,12 +9,13 @@ import os
 import tasks
 from analysis import plots, report
 from configs.grids import Pick, Run, Study
+from runtime import atomic
+from runtime.workdirs import WorkdirError, read_json
 from studies import StudyError
 from studies.catalog import get_study, study_name
 from studies.jobs import Job, is_finished, run_jobs, train_command
-from training import atomic, evaluation
+from training import evaluation
 from training.metrics import read_metrics
-from training.workdirs import WorkdirError, read_json
 
 RUNS_JSON = "runs.json"
 PICK_DIR = "pick"  # under a run's directory: the workdirs of its candidates

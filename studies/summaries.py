@@ -4,7 +4,7 @@ import os
 
 import numpy as np
 
-from training.workdirs import WorkdirError, read_json
+from runtime.workdirs import WorkdirError, read_json
 from studies import StudyError
 
 RANK_FIELDS = ("numerical_rank", "effective_rank", "stable_rank")

@@ -12,8 +12,9 @@ import attention
 from configs import workdir as configs_workdir
 from data import paths
 from kind_harness import package_kinds
+from runtime import locks
 from tasks import translation
-from training import evaluation, locks, loop
+from training import evaluation, loop
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

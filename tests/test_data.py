@@ -13,7 +13,7 @@ import pytest
 from data import scan, scan_grammar
 from data.files import DataFileError, read_parallel_file
 from data.vocab import Vocabulary
-from training import atomic
+from runtime import atomic
 
 NUM_SCAN_COMMANDS = 20_910
 ACTION_NAMES = {"I_WALK", "I_LOOK", "I_RUN", "I_JUMP", "I_TURN_LEFT", "I_TURN_RIGHT"}

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
+from runtime import devices
 from studies import jobs
-from training import devices
 
 GPUS = {"platform": "gpu", "device_kind": "NVIDIA H100 80GB HBM3", "device_count": 4, "process_count": 1,
         "jax": "x", "jaxlib": "x"}

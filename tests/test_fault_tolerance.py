@@ -17,9 +17,10 @@ import pytest
 
 from flax import nnx
 
+from runtime import interrupts
+from runtime.checkpoints import CheckpointError, Checkpoints
 from tasks import translation
-from training import evaluation, interrupts, loop
-from training.checkpoints import CheckpointError, Checkpoints
+from training import evaluation, loop
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WALL_CLOCK = ("elapsed_s", "steps_per_sec", "tokens_per_sec")  # the only fields an interruption may change

@@ -1,5 +1,5 @@
-"""The packages' dependencies point one way: attention <- models <- training <- tasks, data beside them, and
-no module imports itself back. A model is handed what it needs of a dataset (its
+"""The packages' dependencies point one way: attention <- models <- training <- tasks, data beside them, runtime
+(the run's machinery) under training and data, and no module imports itself back. A model is handed what it needs of a dataset (its
 special ids, its sizes); it never imports the data pipeline. A task is known by name only to its own module, report,
 config, dataset and tests. The packages over runs, benchmarks, studies and demos, sit on top side by side:
 none imports another. scripts/ holds the command lines over all of them, and no package imports it. And
@@ -13,12 +13,16 @@ import tasks
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TOOLS = ("benchmarks", "studies", "demos")
-FORBIDDEN = {"attention": {"models", "data", "training", "tasks", "configs"},
-             "models": {"data", "training", "tasks", "configs"},
-             "analysis": {"training", "tasks", "configs"},
+FORBIDDEN = {"attention": {"models", "data", "training", "runtime", "tasks", "configs"},
+             "models": {"data", "training", "runtime", "tasks", "configs"},
+             "analysis": {"training", "runtime", "tasks", "configs"},
+             "runtime": {"models", "analysis", "tasks", "configs", *TOOLS},
              "training": {"configs", *TOOLS}, "tasks": {"configs", *TOOLS},
              **{tool: set(TOOLS) - {tool} for tool in TOOLS}}
-PACKAGES = ("attention", "models", "data", "training", "tasks", "analysis", "configs", *TOOLS, "scripts")
+# What runtime/ takes of training/: the errors runtime/cli.py reports in one line.
+RUNTIME_FROM_TRAINING = {"training.config_checks", "training.metrics"}
+PACKAGES = ("attention", "models", "data", "training", "runtime", "tasks", "analysis", "configs", *TOOLS,
+            "scripts")
 
 
 def _imported_packages(path: pathlib.Path) -> set[str]:
@@ -38,13 +42,13 @@ def test_no_package_imports_what_it_must_not(package):
 def test_nothing_but_scripts_imports_scripts():
     """No package (the tests, which run the scripts, aside), nor train.py or eval.py."""
     packages = [path.parent for path in sorted(ROOT.glob("*/__init__.py")) if path.parent.name != "scripts"]
-    assert {"training", *TOOLS} <= {package.name for package in packages}
+    assert {"training", "runtime", *TOOLS} <= {package.name for package in packages}
     paths = [path for package in packages for path in sorted(package.rglob("*.py"))] + sorted(ROOT.glob("*.py"))
     assert [str(path.relative_to(ROOT)) for path in paths if "scripts" in _imported_packages(path)] == []
 
 
 MAX_FUNCTION_LINES = 50
-SOURCES = ("attention", "models", "data", "training", "tasks", "analysis", *TOOLS, "scripts", "tests")
+SOURCES = ("attention", "models", "data", "training", "runtime", "tasks", "analysis", *TOOLS, "scripts", "tests")
 
 
 def test_no_function_is_longer_than_fifty_lines():
@@ -112,6 +116,13 @@ def test_no_module_imports_itself_back():
     assert _cycle(graph) is None
 
 
+def test_runtime_takes_only_the_errors_it_reports_from_training():
+    graph = _import_graph()
+    taken = {target for module, targets in graph.items() if module.startswith("runtime.")
+             for target in targets if target.startswith("training")}
+    assert taken <= RUNTIME_FROM_TRAINING
+
+
 def _import_paths(graph: dict[str, set[str]], start: str) -> dict[str, list[str]]:
     """Each module reachable from `start` by imports -> one shortest chain of imports to it (breadth first)."""
     paths, frontier = {start: [start]}, [start]
@@ -135,6 +146,7 @@ def test_imports_lead_from_train_py_to_every_task_and_model_class():
     wanted = {f"tasks.{task}" for task in tasks.names()} | model_modules | {"attention.registry"}
     assert {module for module in wanted if module not in paths} == set()
     assert paths["tasks.mlm"][-2:] == ["tasks", "tasks.mlm"]  # through the list, not a lookup by name
+    assert {"runtime.cli", "training.loop"} <= set(paths)  # the entry's command line and its loop
 
 
 def test_a_cycle_is_found():

@@ -369,13 +369,13 @@ def test_a_tokenizer_model_that_is_no_model_is_trained_again_with_a_warning(tmp_
 
 
 def test_a_tokenizer_being_trained_by_another_process_is_waited_for_then_read(tmp_path):
-    from training import locks
+    from runtime import locks
 
     path, finished = str(tmp_path / "m.model"), str(tmp_path / "finished.model")
     train_sentencepiece(TINY_CORPUS, finished, vocab_size=100)
     # Another builder: holds the model's lock, writes the model 1 s later, then lets go.
     builder = subprocess.Popen(
-        [sys.executable, "-c", "import shutil, sys, time\nfrom training import locks\n"
+        [sys.executable, "-c", "import shutil, sys, time\nfrom runtime import locks\n"
          "with locks.building(sys.argv[1]):\n    print('building', flush=True)\n    time.sleep(1)\n"
          "    shutil.copy(sys.argv[2], sys.argv[1])", path, finished],
         cwd=ROOT, stdout=subprocess.PIPE, text=True)

@@ -11,10 +11,10 @@ import sys
 
 import pytest
 
+from runtime.workdirs import WorkdirError
 import scripts
 from scripts import command_line, compare, summarize_runs
 from studies import jobs, summaries
-from training.workdirs import WorkdirError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = sorted(module.name for module in pkgutil.iter_modules(scripts.__path__) if module.name != "command_line")

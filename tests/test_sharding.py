@@ -49,9 +49,9 @@ def _child(out: str, devices: int, files) -> None:
     import jax
     from jax.tree_util import keystr, tree_flatten_with_path
 
+    from runtime.checkpoints import Checkpoints
     from tasks import translation
     from training import loop
-    from training.checkpoints import Checkpoints
 
     assert jax.device_count() == devices
     save, final = Checkpoints.save, {}

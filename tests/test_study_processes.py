@@ -9,8 +9,8 @@ import time
 
 import pytest
 
+from runtime import locks
 from studies import children, jobs
-from training import locks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SLEEP = [sys.executable, "-c", "import time; time.sleep(120)"]
@@ -87,7 +87,7 @@ def test_a_workdir_another_study_trained_at_the_same_time_is_reported_as_such_no
 
 def test_a_train_py_of_the_study_that_held_the_workdir_and_failed_is_a_failure(tmp_path, capsys):
     workdir = str(tmp_path / "a")
-    crash = [sys.executable, "-c", "import sys\nfrom training import locks\n"
+    crash = [sys.executable, "-c", "import sys\nfrom runtime import locks\n"
              f"with locks.held({workdir!r}, 'train.py'):\n    sys.exit(1)"]
     assert jobs.run_jobs([("a seed0", crash, workdir)], workers=1) == ["a seed0"]
     assert f"[1/1] a seed0: FAILED (see {workdir}/train.log)" in capsys.readouterr().out

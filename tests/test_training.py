@@ -13,8 +13,9 @@ import pytest
 from analysis import plots
 from data import pipeline
 from data.files import DataFileError
+from runtime import devices
 from tasks import translation
-from training import devices, evaluation, loop, metrics, steps
+from training import evaluation, loop, metrics, steps
 from training.loop import evaluate
 from training.validate import ConfigError
 

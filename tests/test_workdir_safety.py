@@ -10,11 +10,12 @@ import sys
 
 import pytest
 
+from runtime import atomic, locks, workdirs
+from runtime.checkpoints import CheckpointError, Checkpoints, write_error
+from runtime.workdirs import CONFIG_FILE, WorkdirError
 from tasks import translation
-from training import atomic, evaluation, locks, loop, workdirs
-from training.checkpoints import CheckpointError, Checkpoints, write_error
+from training import evaluation, loop
 from training.metrics import METRICS_FILE, MetricsWriter, read_metrics
-from training.workdirs import CONFIG_FILE, WorkdirError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -112,7 +113,7 @@ def test_a_cut_last_metrics_line_is_dropped_on_resume_with_a_warning(finished, c
 
 def test_a_second_process_on_the_workdir_is_refused_naming_the_pid(finished, copy):
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom training import locks\n"
+        [sys.executable, "-c", "import sys, time\nfrom runtime import locks\n"
          "with locks.held(sys.argv[1], 'train.py'):\n    print('held', flush=True)\n    time.sleep(120)", copy],
         cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:

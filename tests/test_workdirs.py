@@ -6,10 +6,11 @@ import shutil
 import pytest
 
 from configs import workdir as workdir_config
-from training import locks, loop, workdirs
+from runtime import locks, workdirs
+from runtime.workdirs import WorkdirError
+from training import loop
 from training.loop import evaluate
 from training.validate import ConfigError
-from training.workdirs import WorkdirError
 
 
 @pytest.fixture(scope="module")

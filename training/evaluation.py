@@ -13,7 +13,8 @@ from flax import nnx
 from analysis import plots, rank, shape
 from data import pipeline
 from models import CAUSAL_ROLES
-from training import atomic, devices, model_config, sharding, workdirs
+from runtime import atomic, devices, workdirs
+from training import model_config, sharding
 from training.steps import make_eval_step
 
 EVAL_FILE = "eval.json"  # the final evaluation, in the workdir

@@ -1,22 +1,26 @@
 """The two entries: `train_and_evaluate(config, workdir)`, the whole run, resumable from the workdir (train.py),
 and `evaluate(config, workdir)`, the final evaluation of a workdir's latest checkpoint (eval.py)."""
 import contextlib
+import dataclasses
 import functools
 import json
 import os
 import time
+from typing import Any, NamedTuple
 
 import jax
+import ml_collections
 import numpy as np
+import optax
 from flax import nnx
 
 from analysis import plots
 from attention import aux_losses
 from data.prefetch import prefetch
+from runtime import atomic, devices, interrupts, locks, profiling, workdirs
+from runtime.checkpoints import Checkpoints
 import tasks
-from training import (atomic, devices, evaluation, interrupts, locks, metrics, model_config, profiling, sharding,
-                      validate, workdirs)
-from training.checkpoints import Checkpoints
+from training import evaluation, metrics, model_config, sharding, validate
 from training.metrics import MetricsWriter, read_metrics
 from training.steps import create_optimizer, init_state, learning_rate_schedule, make_eval_step, make_train_step
 
@@ -108,95 +112,22 @@ def _check_finite(window: list[dict], done: int, nonfinite: str) -> int:
     return skipped
 
 
-def _log_train_window(task, config, writer: MetricsWriter, window: list[dict], done: int, elapsed_s: float,
-                      progress: _Progress) -> None:
-    """Writes and prints the train metrics of the logging window ending at step `done`, over its steps
-    whose update was applied (all of them when none was: such a window reports its non-finite loss)."""
-    skipped = _check_finite(window, done, config.nonfinite)
-    counted = [metrics for metrics in window if metrics["finite"]] or window
-    sums = jax.tree.map(lambda *values: np.sum(values), *counted)
-    steps_per_sec, eta = progress.update(done)
-    # Tokens read per step (skipped steps read theirs too) at the window's pace: also right for a window
-    # that a restart cut, whose first steps ran before it.
-    tokens_per_sec = steps_per_sec * float(np.mean([m["input_tokens"] for m in window]))
-    metrics = {**task.summarize(sums), "learning_rate": float(learning_rate_schedule(config)(done - 1)),
-               "grad_norm": float(np.mean([m["grad_norm"] for m in counted])), "steps_per_sec": steps_per_sec,
-               "tokens_per_sec": tokens_per_sec}
-    if aux_losses.NAME in sums:  # the mean over the window of what the model's modules added to the loss
-        metrics[aux_losses.NAME] = float(sums[aux_losses.NAME] / len(counted))
-    if config.nonfinite == "skip":
-        metrics["skipped_steps"] = skipped
-    writer.write(done, "train", elapsed_s, metrics)
-    progress_metric = task.PROGRESS_METRIC
-    print(f"step {done}/{config.num_train_steps} | loss {metrics['loss']:.4f} | {progress_metric} "
-          f"{metrics[progress_metric]:.4f} | {steps_per_sec:.1f} steps/s | {tokens_per_sec:,.0f} tokens/s | "
-          f"ETA {eta}", flush=True)
-
-
-def _exit_interrupted(step: int, stop: interrupts.StopRequest, checkpoints: Checkpoints, writer: MetricsWriter):
-    checkpoints.close()  # waits for the asynchronous save to complete
-    writer.mark_preempted()
-    writer.close()
-    print(f"interrupted at step {step}: checkpoint saved, restart the same command to resume", flush=True)
-    raise SystemExit(stop.exit_status())
-
-
-def _metrics_writer(task, config, workdir: str, start_step: int) -> MetricsWriter:
-    """This process's MetricsWriter: in the workdir for the first (or only) host; the others, which compute
-    the same metrics, log apart in process_<i>/ without W&B, so that no line of metrics.jsonl is written
-    twice."""
-    kinds = tuple(sorted(set(model_config.role_kinds(config, task.roles(config)).values())))
-    if jax.process_index() == 0:
-        return MetricsWriter(workdir, config, start_step, kinds, task.METRICS[0])
-    directory = os.path.join(workdir, f"process_{jax.process_index()}")
-    os.makedirs(directory, exist_ok=True)
-    return MetricsWriter(directory, config, start_step, kinds, task.METRICS[0], to_wandb=False)
-
-
-def _prepare(config, workdir: str):
-    """Checks the workdir, then builds the task's data, the model and its sharded train state:
-    (task, data, model, graphdef, state, shardings, mesh, runtime)."""
-    runtime = devices.runtime()
-    print(f"devices: {devices.describe(runtime)}", flush=True)
-    task = tasks.get(config.task)
-    data = task.prepare_data(config, workdir)
-    model = task.create_model(config, data)
-    graphdef, state = init_state(model, create_optimizer(config))
-    mesh = sharding.data_mesh()
-    state, shardings = sharding.put_state(state, mesh, config.sharding.params)
-    return task, data, model, graphdef, state, shardings, mesh, runtime
-
-
-def _restore(checkpoints: Checkpoints, state, workdir: str, total: int):
-    """(start step, state, metadata) of the latest checkpoint, or of a fresh start. A run is never
-    shortened: a checkpoint past `total` steps is refused (its eval.json would be the longer run's)."""
-    if (restored := checkpoints.restore_latest(state)) is None:
-        return 0, state, {"elapsed_s": 0.0}
-    if restored[0] > total:
-        raise workdirs.WorkdirError(
-            f"config.num_train_steps={total} is below step {restored[0]} of the latest checkpoint in "
-            f"{checkpoints.directory}; a run is not shortened: set num_train_steps >= {restored[0]}, or train "
-            f"{total} steps in a new --workdir")
-    print(f"resuming {workdir} from step {restored[0]}", flush=True)
-    return restored
-
-
-def _steps(task, config, graphdef, shardings):
-    """The jitted train and eval steps."""
-    loss_fn = functools.partial(task.metric_sums, label_smoothing=config.label_smoothing)
-    dropout_key = jax.random.fold_in(jax.random.key(config.seed), 1)
-    train_step = make_train_step(graphdef, create_optimizer(config), loss_fn, dropout_key,
-                                 compute_dtype=config.compute_dtype, shardings=shardings)
-    eval_step = make_eval_step(graphdef, task.metric_sums, compute_dtype=config.compute_dtype,
-                               shardings=shardings)
-    return train_step, eval_step
-
-
-def _evaluate_validation(task, config, writer: MetricsWriter, eval_step, state, data, done: int, elapsed_s: float):
-    metrics = task.summarize(evaluation.metric_totals(eval_step, state["params"], state["rest"], data.validation,
-                                                    config.eval.batch_size))
-    writer.write(done, "eval", elapsed_s, metrics)
-    print(f"eval at step {done} | " + " | ".join(f"{k} {v:.4f}" for k, v in metrics.items()), flush=True)
+@dataclasses.dataclass(frozen=True)
+class _Run:
+    """What a training run is built from, once (_build): its task, data and model, the one optimizer its
+    state is initialized and updated with, and the mesh and shardings the state is laid out by. The train
+    state, which each step replaces, travels beside it; so do the checkpoints and the metrics writer,
+    opened once the state is built."""
+    config: ml_collections.ConfigDict
+    workdir: str
+    task: tasks.Task
+    data: Any  # what task.prepare_data returns
+    model: nnx.Module
+    graphdef: nnx.GraphDef
+    optimizer: optax.GradientTransformation
+    mesh: jax.sharding.Mesh
+    shardings: dict  # the train state's, as sharding.put_state returns them
+    machine: dict  # devices.runtime(): config.json's "runtime"
 
 
 def train_and_evaluate(config, workdir: str, *, evaluate_again: bool = False) -> dict:
@@ -207,18 +138,29 @@ def train_and_evaluate(config, workdir: str, *, evaluate_again: bool = False) ->
     SIGTERM or SIGINT while it trains: it checkpoints the step it is at and raises SystemExit with the
     status of a process killed by that signal (see interrupts.StopRequest), for a restart to resume.
     """
+    _check(config, workdir)
+    # One process trains a workdir; a refused run leaves no empty workdir behind.
+    with locks.held(workdir, "train.py", lock=jax.process_index() == 0):
+        workdirs.check_restart(config, workdir)  # before anything in the workdir is written
+        if not evaluate_again and (result := _finished(config, workdir)) is not None:
+            return result
+        run, state = _build(config, workdir)
+        with Checkpoints(os.path.join(workdir, workdirs.CHECKPOINTS_DIR)) as checkpoints:
+            start = _restore(run, checkpoints, state)
+            writer = _metrics_writer(run.task, config, workdir, start.step)
+            _write_config(run)  # once W&B, which may refuse the run, has taken it
+            state, elapsed_s = _train_steps(run, start, checkpoints, writer)
+        return _finish(run, state, writer, elapsed_s)
+
+
+def _check(config, workdir: str) -> None:
+    """The checks before the workdir is locked: its path, the devices, the config, W&B's access."""
     workdirs.check_path(workdir)
     validate.check_devices(config)
     sharding.initialize(config)  # before validate(), which already runs JAX code
     validate.validate(config)
     if jax.process_index() == 0:  # the only process that logs to W&B
         metrics.check_wandb(config, workdir)
-    # One process trains a workdir; a refused run leaves no empty workdir behind.
-    with locks.held(workdir, "train.py", lock=jax.process_index() == 0):
-        workdirs.check_restart(config, workdir)  # before anything in the workdir is written
-        if not evaluate_again and (result := _finished(config, workdir)) is not None:
-            return result
-        return _train(config, workdir)
 
 
 def test_summary(result: dict) -> str:
@@ -236,44 +178,139 @@ def _finished(config, workdir: str) -> dict | None:
     return result
 
 
-def _train(config, workdir: str) -> dict:
-    """train_and_evaluate once the config is checked and the workdir is this process's."""
-    task, data, model, graphdef, state, shardings, mesh, runtime = _prepare(config, workdir)
-    with Checkpoints(os.path.join(workdir, workdirs.CHECKPOINTS_DIR)) as checkpoints:
-        start_step, state, metadata = _restore(checkpoints, state, workdir, config.num_train_steps)
-        writer = _metrics_writer(task, config, workdir, start_step)  # W&B may refuse the run: config.json waits
-        atomic.write_text(os.path.join(workdir, workdirs.CONFIG_FILE),
-                          json.dumps({**workdirs.config_record(config), "runtime": runtime}, indent=1))
-        state, elapsed_s = _train_steps(task, config, workdir, data, graphdef, shardings, mesh, state, start_step,
-                                        metadata, checkpoints, writer)
-    return _finish(task, config, workdir, model, state, data, writer, elapsed_s)
+def _build(config, workdir: str) -> tuple[_Run, dict]:
+    """The run, and its fresh train state placed on the devices: the task's data, the model, the optimizer."""
+    machine = devices.runtime()
+    print(f"devices: {devices.describe(machine)}", flush=True)
+    task = tasks.get(config.task)
+    data = task.prepare_data(config, workdir)
+    model = task.create_model(config, data)
+    optimizer = create_optimizer(config)
+    graphdef, state = init_state(model, optimizer)
+    mesh = sharding.data_mesh()
+    state, shardings = sharding.put_state(state, mesh, config.sharding.params)
+    return _Run(config, workdir, task, data, model, graphdef, optimizer, mesh, shardings, machine), state
 
 
-def _train_steps(task, config, workdir: str, data, graphdef, shardings, mesh, state, start_step: int, metadata: dict,
-                 checkpoints: Checkpoints, writer: MetricsWriter):
-    """Trains from `start_step` to config.num_train_steps: (the trained state, the run's elapsed seconds)."""
-    train_step, eval_step = _steps(task, config, graphdef, shardings)
+class _Start(NamedTuple):
+    """Where training starts: the latest checkpoint's step, state and metadata, or step 0's."""
+    step: int
+    state: dict
+    metadata: dict  # elapsed_s, and the steps of the logging window the checkpoint cut ("window")
+
+
+def _restore(run: _Run, checkpoints: Checkpoints, state) -> _Start:
+    """The latest checkpoint's start, or a fresh one from `state`. A run is never shortened: a checkpoint
+    past config.num_train_steps is refused (its eval.json would be the longer run's)."""
+    total = run.config.num_train_steps
+    if (restored := checkpoints.restore_latest(state)) is None:
+        return _Start(0, state, {"elapsed_s": 0.0})
+    if restored[0] > total:
+        raise workdirs.WorkdirError(
+            f"config.num_train_steps={total} is below step {restored[0]} of the latest checkpoint in "
+            f"{checkpoints.directory}; a run is not shortened: set num_train_steps >= {restored[0]}, or train "
+            f"{total} steps in a new --workdir")
+    print(f"resuming {run.workdir} from step {restored[0]}", flush=True)
+    return _Start(*restored)
+
+
+def _metrics_writer(task, config, workdir: str, start_step: int) -> MetricsWriter:
+    """This process's MetricsWriter: in the workdir for the first (or only) host; the others, which compute
+    the same metrics, log apart in process_<i>/ without W&B, so that no line of metrics.jsonl is written
+    twice."""
+    kinds = tuple(sorted(set(model_config.role_kinds(config, task.roles(config)).values())))
+    if jax.process_index() == 0:
+        return MetricsWriter(workdir, config, start_step, kinds, task.METRICS[0])
+    directory = os.path.join(workdir, f"process_{jax.process_index()}")
+    os.makedirs(directory, exist_ok=True)
+    return MetricsWriter(directory, config, start_step, kinds, task.METRICS[0], to_wandb=False)
+
+
+def _write_config(run: _Run) -> None:
+    atomic.write_text(os.path.join(run.workdir, workdirs.CONFIG_FILE),
+                      json.dumps({**workdirs.config_record(run.config), "runtime": run.machine}, indent=1))
+
+
+def _steps(run: _Run):
+    """The jitted train and eval steps."""
+    config = run.config
+    loss_fn = functools.partial(run.task.metric_sums, label_smoothing=config.label_smoothing)
+    dropout_key = jax.random.fold_in(jax.random.key(config.seed), 1)
+    train_step = make_train_step(run.graphdef, run.optimizer, loss_fn, dropout_key,
+                                 compute_dtype=config.compute_dtype, shardings=run.shardings)
+    eval_step = make_eval_step(run.graphdef, run.task.metric_sums, compute_dtype=config.compute_dtype,
+                               shardings=run.shardings)
+    return train_step, eval_step
+
+
+def _log_train_window(run: _Run, writer: MetricsWriter, window: list[dict], progress: _Progress, done: int,
+                      elapsed_s: float) -> None:
+    """Writes and prints the train metrics of the logging window ending at step `done`, over its steps
+    whose update was applied (all of them when none was: such a window reports its non-finite loss)."""
+    config = run.config
+    skipped = _check_finite(window, done, config.nonfinite)
+    counted = [metrics for metrics in window if metrics["finite"]] or window
+    sums = jax.tree.map(lambda *values: np.sum(values), *counted)
+    steps_per_sec, eta = progress.update(done)
+    # Tokens read per step (skipped steps read theirs too) at the window's pace: also right for a window
+    # that a restart cut, whose first steps ran before it.
+    tokens_per_sec = steps_per_sec * float(np.mean([m["input_tokens"] for m in window]))
+    metrics = {**run.task.summarize(sums), "learning_rate": float(learning_rate_schedule(config)(done - 1)),
+               "grad_norm": float(np.mean([m["grad_norm"] for m in counted])), "steps_per_sec": steps_per_sec,
+               "tokens_per_sec": tokens_per_sec}
+    if aux_losses.NAME in sums:  # the mean over the window of what the model's modules added to the loss
+        metrics[aux_losses.NAME] = float(sums[aux_losses.NAME] / len(counted))
+    if config.nonfinite == "skip":
+        metrics["skipped_steps"] = skipped
+    writer.write(done, "train", elapsed_s, metrics)
+    progress_metric = run.task.PROGRESS_METRIC
+    print(f"step {done}/{config.num_train_steps} | loss {metrics['loss']:.4f} | {progress_metric} "
+          f"{metrics[progress_metric]:.4f} | {steps_per_sec:.1f} steps/s | {tokens_per_sec:,.0f} tokens/s | "
+          f"ETA {eta}", flush=True)
+
+
+def _evaluate_validation(run: _Run, writer: MetricsWriter, eval_step, state, done: int, elapsed_s: float):
+    totals = evaluation.metric_totals(eval_step, state["params"], state["rest"], run.data.validation,
+                                      run.config.eval.batch_size)
+    metrics = run.task.summarize(totals)
+    writer.write(done, "eval", elapsed_s, metrics)
+    print(f"eval at step {done} | " + " | ".join(f"{k} {v:.4f}" for k, v in metrics.items()), flush=True)
+
+
+def _exit_interrupted(step: int, stop: interrupts.StopRequest, checkpoints: Checkpoints, writer: MetricsWriter):
+    checkpoints.close()  # waits for the asynchronous save to complete
+    writer.mark_preempted()
+    writer.close()
+    print(f"interrupted at step {step}: checkpoint saved, restart the same command to resume", flush=True)
+    raise SystemExit(stop.exit_status())
+
+
+def _train_steps(run: _Run, start: _Start, checkpoints: Checkpoints, writer: MetricsWriter):
+    """Trains from `start` to config.num_train_steps: (the trained state, the run's elapsed seconds)."""
+    config, task, state = run.config, run.task, start.state
+    train_step, eval_step = _steps(run)
     batch_size = sharding.global_batch_size(config.per_device_batch_size)
     started, total = time.time(), config.num_train_steps
-    elapsed = lambda: metadata["elapsed_s"] + time.time() - started  # noqa: E731
-    progress = _Progress(start_step, total)
-    window = _Window(metadata.get("window", []))  # the steps of the logging window the checkpoint cut
-    trace = profiling.StepTrace(config, workdir)
-    steps = range(start_step, total)
-    batches = prefetch(lambda step: sharding.put_batch(task.train_batch(config, data, batch_size, step), mesh), steps)
+    elapsed = lambda: start.metadata["elapsed_s"] + time.time() - started  # noqa: E731
+    progress = _Progress(start.step, total)
+    window = _Window(start.metadata.get("window", []))  # the steps of the logging window the checkpoint cut
+    trace = profiling.StepTrace(config, run.workdir)
+    steps = range(start.step, total)
+    batches = prefetch(lambda step: sharding.put_batch(task.train_batch(config, run.data, batch_size, step),
+                                                       run.mesh), steps)
     with interrupts.stop_requests() as stop, contextlib.closing(batches):
         for step, batch in zip(steps, batches):
             state, step_metrics = train_step(state, batch)
             window.add(step_metrics)
             done = step + 1
-            if step == start_step:  # the call returns once compiled; the step itself runs on asynchronously
+            if step == start.step:  # the call returns once compiled; the step itself runs on asynchronously
                 progress.first_step_done(done)
             if _due(done, config.log_every_steps, total):
-                _log_train_window(task, config, writer, window.take(), done, elapsed(), progress)
+                _log_train_window(run, writer, window.take(), progress, done, elapsed())
             with progress.paused():
                 trace.after_step(done, state)
-                if data.validation is not None and _due(done, config.eval_every_steps, total):
-                    _evaluate_validation(task, config, writer, eval_step, state, data, done, elapsed())
+                if run.data.validation is not None and _due(done, config.eval_every_steps, total):
+                    _evaluate_validation(run, writer, eval_step, state, done, elapsed())
                 if _due(done, config.checkpoint_every_steps, total) or stop.signum:
                     checkpoints.save(done, state, {"elapsed_s": elapsed(), "window": window.host()})
             if stop.signum:
@@ -282,25 +319,26 @@ def _train_steps(task, config, workdir: str, data, graphdef, shardings, mesh, st
     return state, elapsed()
 
 
-def _finish(task, config, workdir: str, model, state, data, writer: MetricsWriter, elapsed_s: float) -> dict:
+def _finish(run: _Run, state, writer: MetricsWriter, elapsed_s: float) -> dict:
     """The final evaluation of the trained model (eval.json), then the run's curves and the closing line.
     The evaluation's collectives are the processes' last: they meet at JAX's shutdown barrier right after
     it, before the work that one process does alone (the curves, W&B's upload) could keep the other
     waiting there past its timeout."""
-    nnx.update(model, state["params"], state["rest"])
+    config, workdir, total = run.config, run.workdir, run.config.num_train_steps
+    nnx.update(run.model, state["params"], state["rest"])
     try:
-        result = evaluation.evaluate_and_write(task, config, workdir, model, data, config.num_train_steps)
+        result = evaluation.evaluate_and_write(run.task, config, workdir, run.model, run.data, total)
     except KeyboardInterrupt:
-        print(f"interrupted at step {config.num_train_steps} during the final evaluation: training is done and "
-              f"checkpointed; restart the same command to evaluate it", flush=True)
+        print(f"interrupted at step {total} during the final evaluation: training is done and checkpointed; "
+              f"restart the same command to evaluate it", flush=True)
         raise SystemExit(interrupts.INTERRUPTED_STATUS) from None
     sharding.finish(config)
     if config.eval.plots and jax.process_index() == 0:  # the other hosts' metrics are the same
-        title = plots.run_title(workdir, model_config.role_kinds(config, task.roles(config)), config.num_train_steps)
+        title = plots.run_title(workdir, model_config.role_kinds(config, run.task.roles(config)), total)
         plots.plot_run_curves(read_metrics(workdir), os.path.join(workdir, "plots", plots.CURVES_PLOT), title)
-    writer.log_evaluation(config.num_train_steps, result, workdir)
+    writer.log_evaluation(total, result, workdir)
     writer.close()
-    print(f"done: {config.num_train_steps} steps in {_format_duration(elapsed_s)}; test {test_summary(result)}; "
+    print(f"done: {total} steps in {_format_duration(elapsed_s)}; test {test_summary(result)}; "
           f"eval.json in {workdir}", flush=True)
     return result
 

@@ -11,7 +11,7 @@ import urllib.parse
 import tensorboardX
 
 from analysis import shape
-from training import atomic, devices, workdirs
+from runtime import atomic, devices, workdirs
 
 
 # Set by `wandb agent` for each run it starts: the run's id (the same when the sweep requeues a run marked

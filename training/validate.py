@@ -6,7 +6,8 @@ import attention
 import tasks
 from attention import fused, linear_pallas, registry
 from models import CAUSAL_ROLES, ROLES
-from training import model_config, profiling, sharding, steps, workdirs
+from runtime import profiling, workdirs
+from training import model_config, sharding, steps
 from training.config_checks import ConfigError, check_int, check_number, choice
 
 POSITIONS = ("sinusoidal", "learned")

@@ -21,7 +21,7 @@ import time
 import jax
 import orbax.checkpoint as ocp
 
-from training import atomic
+from runtime import atomic
 
 
 class CheckpointError(RuntimeError):

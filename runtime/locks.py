@@ -10,8 +10,8 @@ import contextlib
 import fcntl
 import os
 
-from training import atomic
-from training.workdirs import WorkdirError
+from runtime import atomic
+from runtime.workdirs import WorkdirError
 
 LOCK_FILE = ".lock"
 

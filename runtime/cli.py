@@ -14,11 +14,11 @@ from absl import app, flags
 
 from data.files import DataFileError
 from data.paths import REPOSITORY
-from training import atomic, interrupts, workdirs
-from training.checkpoints import CheckpointError
+from runtime import atomic, interrupts, workdirs
+from runtime.checkpoints import CheckpointError
+from runtime.workdirs import WorkdirError
 from training.config_checks import ConfigError, did_you_mean
 from training.metrics import WandbError
-from training.workdirs import WorkdirError
 
 DEBUG_VAR = "ATTENTION_LAB_DEBUG"
 EXIT_STATUS = 2  # a command the user can correct, as argparse and absl use for bad flags

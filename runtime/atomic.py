@@ -1,13 +1,13 @@
 """Whole-file writes that a full disk, a file-size limit, a read-only filesystem or a kill cannot cut: the
 text goes to a temporary file in the same directory, is flushed to the disk, and replaces the file with one
 os.replace. A write that fails leaves the previous file as it was and raises DiskError, one line naming the
-file and what to do (training/cli.py prints it as `error: ...`, status 2)."""
+file and what to do (runtime/cli.py prints it as `error: ...`, status 2)."""
 import contextlib
 import errno
 import os
 import tempfile
 
-from training.workdirs import WorkdirError
+from runtime.workdirs import WorkdirError
 
 # What a full or read-only disk raises (EFBIG: the file-size limit, ulimit -f; EDQUOT: a quota).
 DISK_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EROFS, errno.EDQUOT)

@@ -33,7 +33,7 @@ def describe(info: dict) -> str:
 def probe() -> dict:
     """`runtime()` of a child process, so that this one never takes an accelerator (nor its memory)."""
     code = f"import json, sys; sys.path.insert(0, {os.path.dirname(os.path.dirname(__file__))!r}); " \
-           "from training import devices; print(json.dumps(devices.runtime()))"
+           "from runtime import devices; print(json.dumps(devices.runtime()))"
     env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
