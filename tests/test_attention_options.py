@@ -13,7 +13,7 @@ from configs import translation as translation_config
 from configs import workdir as workdir_config
 from training import model_config, validate
 from training.config_checks import ConfigError
-from training.workdirs import WorkdirError
+from runtime.workdirs import WorkdirError
 
 
 def _mixed_config(softmax_implementation: str = "auto", kernelized_implementation: str = "auto"):
