@@ -45,6 +45,10 @@ def base_config(task: str) -> ml_collections.ConfigDict:
     config.eval.batch_size = 128
     config.eval.rank_examples = 16  # test examples whose attention matrices are analysed
     config.eval.plots = True  # attention heat maps and spectra in the workdir's plots/
+    # Training stops at the first validation whose stop_metric (the task's progress metric, or "" for never)
+    # reaches stop_at: Zoology's stop at 99% recall. eval.json is then of that step.
+    config.eval.stop_metric = ""
+    config.eval.stop_at = 1.0
 
     add_device_fields(config)
     config.wandb = wandb_config()

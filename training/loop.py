@@ -149,8 +149,8 @@ def train_and_evaluate(config, workdir: str, *, evaluate_again: bool = False) ->
             start = _restore(run, checkpoints, state)
             writer = _metrics_writer(run.task, config, workdir, start.step)
             _write_config(run)  # once W&B, which may refuse the run, has taken it
-            state, elapsed_s = _train_steps(run, start, checkpoints, writer)
-        return _finish(run, state, writer, elapsed_s)
+            state, last_step, elapsed_s = _train_steps(run, start, checkpoints, writer)
+        return _finish(run, state, writer, last_step, elapsed_s)
 
 
 def _check(config, workdir: str) -> None:
@@ -169,13 +169,31 @@ def test_summary(result: dict) -> str:
 
 
 def _finished(config, workdir: str) -> dict | None:
-    """eval.json's content where it evaluated the run's last step (said in the closing line), else None."""
+    """eval.json's content where it evaluated the run's last step, or the step it stopped early at (said in
+    the closing line), else None."""
     path = os.path.join(workdir, evaluation.EVAL_FILE)
-    if not os.path.exists(path) or (result := workdirs.read_json(path)).get("step") != config.num_train_steps:
+    if not os.path.exists(path):
         return None
-    print(f"done: {config.num_train_steps} steps, trained and evaluated before; test {test_summary(result)}; "
+    step = (result := workdirs.read_json(path)).get("step")
+    if step != config.num_train_steps and not _stopped_early_at(config, workdir, step):
+        return None
+    print(f"done: {step} steps, trained and evaluated before; test {test_summary(result)}; "
           f"eval.json in {workdir} (--evaluate_again to evaluate it again)", flush=True)
     return result
+
+
+def _reaches_stop(config, validation: dict) -> bool:
+    """Whether validation metrics reach config.eval.stop_at in config.eval.stop_metric (never where unset)."""
+    metric = config.eval.stop_metric
+    return bool(metric) and validation[metric] >= config.eval.stop_at
+
+
+def _stopped_early_at(config, workdir: str, step) -> bool:
+    """Whether the run's validation at `step`, before its last, reached the early stop (metrics.jsonl)."""
+    if not config.eval.stop_metric or not isinstance(step, int) or step >= config.num_train_steps:
+        return False
+    return any(row["step"] == step and row["split"] == "eval" and _reaches_stop(config, row)
+               for row in read_metrics(workdir))
 
 
 def _build(config, workdir: str) -> tuple[_Run, dict]:
@@ -275,6 +293,7 @@ def _evaluate_validation(run: _Run, writer: MetricsWriter, eval_step, state, don
     metrics = run.task.summarize(totals)
     writer.write(done, "eval", elapsed_s, metrics)
     print(f"eval at step {done} | " + " | ".join(f"{k} {v:.4f}" for k, v in metrics.items()), flush=True)
+    return metrics
 
 
 def _exit_interrupted(step: int, stop: interrupts.StopRequest, checkpoints: Checkpoints, writer: MetricsWriter):
@@ -286,8 +305,11 @@ def _exit_interrupted(step: int, stop: interrupts.StopRequest, checkpoints: Chec
 
 
 def _train_steps(run: _Run, start: _Start, checkpoints: Checkpoints, writer: MetricsWriter):
-    """Trains from `start` to config.num_train_steps: (the trained state, the run's elapsed seconds)."""
+    """Trains from `start` to config.num_train_steps, or to the validation that reaches the early stop:
+    (the trained state, its step, the run's elapsed seconds)."""
     config, task, state = run.config, run.task, start.state
+    if _stopped_early_at(config, run.workdir, start.step):  # its final evaluation was interrupted
+        return state, start.step, start.metadata["elapsed_s"]
     train_step, eval_step = _steps(run)
     batch_size = sharding.global_batch_size(config.per_device_batch_size)
     started, total = time.time(), config.num_train_steps
@@ -309,22 +331,28 @@ def _train_steps(run: _Run, start: _Start, checkpoints: Checkpoints, writer: Met
                 _log_train_window(run, writer, window.take(), progress, done, elapsed())
             with progress.paused():
                 trace.after_step(done, state)
-                if run.data.validation is not None and _due(done, config.eval_every_steps, total):
-                    _evaluate_validation(run, writer, eval_step, state, done, elapsed())
-                if _due(done, config.checkpoint_every_steps, total) or stop.signum:
+                stops_early = run.data.validation is not None and _due(done, config.eval_every_steps, total) \
+                    and _reaches_stop(config, _evaluate_validation(run, writer, eval_step, state, done, elapsed()))
+                if stops_early and window.steps:
+                    _log_train_window(run, writer, window.take(), progress, done, elapsed())
+                if _due(done, config.checkpoint_every_steps, total) or stop.signum or stops_early:
                     checkpoints.save(done, state, {"elapsed_s": elapsed(), "window": window.host()})
             if stop.signum:
                 _exit_interrupted(done, stop, checkpoints, writer)
+            if stops_early:
+                print(f"validation {config.eval.stop_metric} reached eval.stop_at={config.eval.stop_at} at step "
+                      f"{done} of {total}: training stops here", flush=True)
+                break
     checkpoints.close()  # the last save is complete (or its failure raised) before the final evaluation
-    return state, elapsed()
+    return state, done if steps else start.step, elapsed()
 
 
-def _finish(run: _Run, state, writer: MetricsWriter, elapsed_s: float) -> dict:
+def _finish(run: _Run, state, writer: MetricsWriter, total: int, elapsed_s: float) -> dict:
     """The final evaluation of the trained model (eval.json), then the run's curves and the closing line.
     The evaluation's collectives are the processes' last: they meet at JAX's shutdown barrier right after
     it, before the work that one process does alone (the curves, W&B's upload) could keep the other
     waiting there past its timeout."""
-    config, workdir, total = run.config, run.workdir, run.config.num_train_steps
+    config, workdir = run.config, run.workdir
     nnx.update(run.model, state["params"], state["rest"])
     try:
         result = evaluation.evaluate_and_write(run.task, config, workdir, run.model, run.data, total)

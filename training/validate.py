@@ -132,6 +132,12 @@ def check_devices(config) -> None:
         raise ConfigError(f"config.distributed={config.distributed!r} must be True or False")
 
 
+def _check_early_stop(config, task) -> None:
+    if config.eval.stop_metric:
+        choice("eval.stop_metric", config.eval.stop_metric, ("", task.PROGRESS_METRIC))
+        check_number(config, "eval.stop_at", "(-inf, inf)", "")
+
+
 def validate(config) -> None:
     choice("task", config.task, tasks.names())
     task = tasks.get(config.task)
@@ -148,6 +154,7 @@ def validate(config) -> None:
         raise ConfigError(f"config.model.d_model={config.model.d_model} is not divisible by "
                           f"config.model.num_heads={config.model.num_heads}")
     _check_kind_options(config, task)
+    _check_early_stop(config, task)
     _check_convolution(config, task)
     choice("model.positions", config.model.positions, POSITIONS)
     choice("nonfinite", config.nonfinite, NONFINITE)
