@@ -4,7 +4,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 
@@ -13,17 +12,27 @@ from configs import workdir as configs_workdir
 from data import paths
 from kind_harness import package_kinds
 from runtime import locks
+from script_runner import ScriptRunner
 from tasks import translation
 from training import evaluation, loop
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _run(script: str, *flags: str, debug: bool = False, cwd: str = ROOT) -> subprocess.CompletedProcess:
+@pytest.fixture(scope="module")
+def run_script():
+    """run_script(script, *flags, debug=False, cwd=ROOT) -> the CompletedProcess of `python <script> <flags>`
+    in `cwd`: a process of its own, forked from one that imported what the scripts import, which leaves out
+    most of each command's start (tests/script_runner.py)."""
     env = {key: value for key, value in os.environ.items() if key != "ATTENTION_LAB_DEBUG"}
     env["WANDB_MODE"] = "disabled"
-    command = [sys.executable, os.path.join(ROOT, script), *flags, *(["--debug"] if debug else [])]
-    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
+    runner = ScriptRunner(env)
+
+    def run(script: str, *flags: str, debug: bool = False, cwd: str = ROOT) -> subprocess.CompletedProcess:
+        return runner.run(script, *flags, *(["--debug"] if debug else []), cwd=str(cwd))
+
+    yield run
+    runner.close()
 
 
 def _one_error_line(process: subprocess.CompletedProcess) -> str:
@@ -77,9 +86,9 @@ def _files(workdir: str) -> dict[str, bytes]:
      "softmax_implementation (auto, xla, cudnn; read by dot, scaled_dot, softmax) and kernelized_implementation "
      "(auto, xla, pallas, autodiff; read by based, "),
 ])
-def test_a_bad_config_is_one_line_and_creates_no_workdir(tmp_path, flags, line):
+def test_a_bad_config_is_one_line_and_creates_no_workdir(run_script, tmp_path, flags, line):
     workdir = tmp_path / "run"
-    error = _one_error_line(_run("train.py", f"--workdir={workdir}", *flags))
+    error = _one_error_line(run_script("train.py", f"--workdir={workdir}", *flags))
     assert error.startswith(line), error
     assert not workdir.exists()
 
@@ -91,22 +100,23 @@ def test_a_bad_config_is_one_line_and_creates_no_workdir(tmp_path, flags, line):
      "get_config() returned a dict, not an ml_collections ConfigDict; "),
     ("SEED = 0\n", [], "defines no get_config(); "),
 ])
-def test_a_config_files_own_mistake_is_named_with_the_file(tmp_path, body, overrides, what):
+def test_a_config_files_own_mistake_is_named_with_the_file(run_script, tmp_path, body, overrides, what):
     config_file = tmp_path / "my_config.py"
     config_file.write_text(body)
     for script in ("train.py", "eval.py"):
-        error = _one_error_line(_run(script, f"--config={config_file}", f"--workdir={tmp_path / 'run'}", *overrides))
+        error = _one_error_line(run_script(script, f"--config={config_file}", f"--workdir={tmp_path / 'run'}",
+                                           *overrides))
         assert error.startswith(f"error: {config_file}: {what}"), error
     assert not (tmp_path / "run").exists()
 
 
-def test_a_misspelled_kind_is_named_with_the_closest_kinds():
-    error = _one_error_line(_run("train.py", "--workdir=unused", "--config.attention.name=softmx"))
+def test_a_misspelled_kind_is_named_with_the_closest_kinds(run_script):
+    error = _one_error_line(run_script("train.py", "--workdir=unused", "--config.attention.name=softmx"))
     assert error.endswith(f"{', '.join(package_kinds())}; did you mean softmax, softmax_rank?"), error
 
 
-def test_print_config_prints_the_resolved_config_and_what_the_overrides_changed(tmp_path):
-    process = _run("train.py", "--print_config", f"--config={ROOT}/configs/translation.py:tiny",
+def test_print_config_prints_the_resolved_config_and_what_the_overrides_changed(run_script, tmp_path):
+    process = run_script("train.py", "--print_config", f"--config={ROOT}/configs/translation.py:tiny",
                    "--config.num_train_steps=7", "--config.model.d_model=32", cwd=str(tmp_path))
     assert process.returncode == 0, process.stderr
     *printed, last = process.stdout.strip().splitlines()
@@ -115,16 +125,17 @@ def test_print_config_prints_the_resolved_config_and_what_the_overrides_changed(
     resolved = json.loads("\n".join(printed))
     assert (resolved["num_train_steps"], resolved["model"]["d_model"], resolved["task"]) == (7, 32, "translation")
     assert os.listdir(tmp_path) == []  # no workdir, nothing written where it ran
-    error = _one_error_line(_run("train.py", "--config=configs/translation.py:tiny"))
+    error = _one_error_line(run_script("train.py", "--config=configs/translation.py:tiny"))
     assert error.startswith("error: --workdir is missing"), error
 
 
-def test_a_finished_run_says_so_and_writes_nothing_unless_asked_to_evaluate_again(trained, tmp_path, monkeypatch):
+def test_a_finished_run_says_so_and_writes_nothing_unless_asked_to_evaluate_again(run_script, trained, tmp_path,
+                                                                                    monkeypatch):
     workdir, flags = trained
     copy = str(tmp_path / "run")
     shutil.copytree(workdir, copy)
     before = _files(copy)
-    process = _run("train.py", f"--workdir={copy}", *flags)
+    process = run_script("train.py", f"--workdir={copy}", *flags)
     assert process.returncode == 0, process.stderr
     with open(os.path.join(copy, "eval.json")) as f:
         exact_match = json.load(f)["metrics"]["exact_match"]
@@ -141,8 +152,8 @@ def test_a_finished_run_says_so_and_writes_nothing_unless_asked_to_evaluate_agai
     assert evaluated == [20]
 
 
-def test_the_default_config_and_the_datasets_are_the_repositorys_from_any_directory(tmp_path, monkeypatch):
-    error = _one_error_line(_run("train.py", "--workdir=run", "--config.model.num_layer=1", cwd=str(tmp_path)))
+def test_the_default_config_and_the_datasets_are_the_repositorys_from_any_directory(run_script, tmp_path, monkeypatch):
+    error = _one_error_line(run_script("train.py", "--workdir=run", "--config.model.num_layer=1", cwd=str(tmp_path)))
     assert error.startswith(f"error: --config.model.num_layer: no such field of {ROOT}/configs/translation.py; "
                             f"did you mean model.num_layers")
     monkeypatch.chdir(tmp_path)
@@ -150,34 +161,35 @@ def test_the_default_config_and_the_datasets_are_the_repositorys_from_any_direct
     assert paths.data_dir("/elsewhere/datasets") == "/elsewhere/datasets"
 
 
-def test_a_data_file_that_is_not_utf8_is_one_line_with_file_and_line(tmp_path, data_files):
+def test_a_data_file_that_is_not_utf8_is_one_line_with_file_and_line(run_script, tmp_path, data_files):
     bad = tmp_path / "latin1.tsv"
     bad.write_bytes("walk\tI_WALK\ncaf\u00e9\tI_RUN\n".encode("latin-1"))
-    error = _one_error_line(_run("train.py", f"--workdir={tmp_path / 'run'}", "--config=configs/translation.py:tiny",
-                                 "--config.dataset.name=files", f"--config.dataset.train_file={bad}",
-                                 f"--config.dataset.test_file={data_files[1]}"))
+    error = _one_error_line(run_script("train.py", f"--workdir={tmp_path / 'run'}",
+                                       "--config=configs/translation.py:tiny", "--config.dataset.name=files",
+                                       f"--config.dataset.train_file={bad}",
+                                       f"--config.dataset.test_file={data_files[1]}"))
     assert error.startswith(f"error: {bad}:2: not UTF-8"), error
     assert not (tmp_path / "run").exists()
 
 
-def test_a_refused_restart_and_a_refused_eval_leave_the_workdir_as_it_was(trained, tmp_path):
+def test_a_refused_restart_and_a_refused_eval_leave_the_workdir_as_it_was(run_script, trained, tmp_path):
     workdir, flags = trained
     copy = str(tmp_path / "run")
     shutil.copytree(workdir, copy)
     before = _files(copy)
-    error = _one_error_line(_run("train.py", f"--workdir={copy}", *flags, "--config.attention.name=dot"))
+    error = _one_error_line(run_script("train.py", f"--workdir={copy}", *flags, "--config.attention.name=dot"))
     assert error == (f"error: {copy}/config.json: this workdir trained another config (attention.name 'softmax' "
                      f"-> 'dot'); train this one in a new --workdir")
-    error = _one_error_line(_run("eval.py", f"--workdir={copy}", *flags, "--config.attention.name=dot"))
+    error = _one_error_line(run_script("eval.py", f"--workdir={copy}", *flags, "--config.attention.name=dot"))
     assert "attention.name 'softmax' -> 'dot'); leave out --config to evaluate it as it was trained" in error
     assert _files(copy) == before
 
 
-def test_eval_reads_the_workdir_config_and_takes_eval_overrides(trained, tmp_path):
+def test_eval_reads_the_workdir_config_and_takes_eval_overrides(run_script, trained, tmp_path):
     workdir, _ = trained
     copy = str(tmp_path / "run")
     shutil.copytree(workdir, copy)
-    process = _run("eval.py", f"--workdir={copy}", "--config.eval.beam_size=2")
+    process = run_script("eval.py", f"--workdir={copy}", "--config.eval.beam_size=2")
     assert process.returncode == 0, process.stderr
     with open(os.path.join(copy, "eval.json")) as f:
         result = json.load(f)
@@ -189,23 +201,23 @@ def test_eval_reads_the_workdir_config_and_takes_eval_overrides(trained, tmp_pat
         f"{result['metrics']['loss']:.4f}; written to {copy}/eval.json")
 
 
-def test_eval_of_a_missing_workdir_creates_nothing(tmp_path):
+def test_eval_of_a_missing_workdir_creates_nothing(run_script, tmp_path):
     missing = tmp_path / "absent"
-    error = _one_error_line(_run("eval.py", f"--workdir={missing}"))
+    error = _one_error_line(run_script("eval.py", f"--workdir={missing}"))
     assert error.startswith(f"error: --workdir={missing}: no such directory"), error
     assert not missing.exists()
     # An empty --workdir leaves eval.py without its default config: named before the config is read.
-    assert _one_error_line(_run("eval.py", "--workdir=")).startswith("error: --workdir is empty")
+    assert _one_error_line(run_script("eval.py", "--workdir=")).startswith("error: --workdir is empty")
 
 
-def test_debug_shows_the_traceback(tmp_path):
-    process = _run("train.py", f"--workdir={tmp_path / 'run'}", "--config.learning_rate=-1", debug=True)
+def test_debug_shows_the_traceback(run_script, tmp_path):
+    process = run_script("train.py", f"--workdir={tmp_path / 'run'}", "--config.learning_rate=-1", debug=True)
     assert process.returncode != 0 and "Traceback" in process.stderr
     assert "config.learning_rate=-1.0 must be a number in (0, inf)" in process.stderr
 
 
-def test_help_lists_each_configs_presets_and_every_kind_with_its_options():
-    process = _run("train.py", "--help")  # absl's help exits with status 1
+def test_help_lists_each_configs_presets_and_every_kind_with_its_options(run_script):
+    process = run_script("train.py", "--help")  # absl's help exits with status 1
     assert process.stderr == ""
     for preset in ("split=<split>", "pooling=<head>", "form=<form>", "corpus=<name>", "configs/workdir.py:runs/x"):
         assert preset in process.stdout
