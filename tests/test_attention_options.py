@@ -14,6 +14,7 @@ from configs import workdir as workdir_config
 from training import model_config, validate
 from training.config_checks import ConfigError
 from runtime.workdirs import WorkdirError
+from kind_harness import package_kinds
 
 
 def _mixed_config(softmax_implementation: str = "auto", kernelized_implementation: str = "auto"):
@@ -68,14 +69,22 @@ def test_off_a_gpu_the_mixed_model_refuses_cudnn_as_a_softmax_model_does():
     validate.validate(_mixed_config("xla", "pallas"))  # Pallas runs in interpret mode off a GPU
 
 
+def _readers(package_readers: str, option: str) -> str:
+    """The package's kinds that read `option`, with any kind a test registered that reads it (collecting the
+    suite imports tests/test_kind_demo.py, whose kind is kernelised), as the refusals list them."""
+    added = [name for name in attention.names() if name not in package_kinds() and option in attention.options_of(name)]
+    return ", ".join(sorted(package_readers.split(", ") + added))
+
+
 def test_pallas_where_no_role_is_kernelised_is_refused_in_one_line():
     config = _mixed_config()
     config.attention.cross = "local"
     config.attention.kernelized_implementation = "pallas"
     assert _refusal(config) == (
         "config.attention.kernelized_implementation='pallas' is read by no kind in use (encoder_self: softmax, "
-        "decoder_self: softmax, cross: local), only by based, cosformer, delta, exp_limit, gated_delta, "
-        "gated_linear, hedgehog, linear, performer, relu, taylor; leave it at 'auto'")
+        "decoder_self: softmax, cross: local), only by " + _readers(
+            "based, cosformer, delta, exp_limit, gated_delta, gated_linear, hedgehog, linear, performer, relu, taylor",
+            "kernelized_implementation") + "; leave it at 'auto'")
 
 
 def test_cudnn_where_no_role_is_softmax_is_refused_in_one_line():
@@ -86,16 +95,18 @@ def test_cudnn_where_no_role_is_softmax_is_refused_in_one_line():
         "decoder_self: performer, cross: linear), only by dot, scaled_dot, softmax; leave it at 'auto'")
 
 
-REPLACED = ("replaced by softmax_implementation (auto, xla, cudnn; read by dot, scaled_dot, softmax) and "
-            "kernelized_implementation (auto, xla, pallas, autodiff; read by based, cosformer, delta, exp_limit, "
-            "gated_delta, gated_linear, hedgehog, linear, performer, relu, taylor)")
+def _replaced() -> str:
+    return ("replaced by softmax_implementation (auto, xla, cudnn; read by dot, scaled_dot, softmax) and "
+            "kernelized_implementation (auto, xla, pallas, autodiff; read by " + _readers(
+                "based, cosformer, delta, exp_limit, gated_delta, gated_linear, hedgehog, linear, performer, relu, "
+                "taylor", "kernelized_implementation") + ")")
 
 
 def test_the_replaced_name_is_refused_naming_its_replacements():
     config = translation_config.get_config("tiny")
     config.attention.implementation = "cudnn"
-    assert _refusal(config) == f"config.attention.implementation is {REPLACED}"
-    with pytest.raises(ValueError, match=re.escape(f"attention option 'implementation' is {REPLACED}")):
+    assert _refusal(config) == f"config.attention.implementation is {_replaced()}"
+    with pytest.raises(ValueError, match=re.escape(f"attention option 'implementation' is {_replaced()}")):
         attention.create("softmax", num_heads=2, head_dim=4, rngs=nnx.Rngs(0), implementation="xla")
 
 
@@ -109,5 +120,5 @@ def test_a_workdir_config_of_the_replaced_name_loads_at_its_default_only():
     assert "implementation" not in config.attention
     record["attention"]["implementation"] = "cudnn"
     with pytest.raises(WorkdirError, match=re.escape(f"runs/x/config.json: field attention.implementation='cudnn' is "
-                                                     f"{REPLACED}; pass the run's")):
+                                                     f"{_replaced()}; pass the run's")):
         workdir_config.from_record(record, "runs/x/config.json")
