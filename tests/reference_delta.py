@@ -1,6 +1,8 @@
 """The delta rule's kinds written as their sequential recurrence, one position at a time, in numpy or jax.numpy
 (xp), in the papers' convention S [Dv, m]; and their dense references for the contract of tests/kind_harness.py:
 the recurrence run on the identity's columns as values (v_s = e_s), whose output at t is row t of A in o = A v."""
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from kind_harness import dense_reference
@@ -29,23 +31,35 @@ def sigmoid(xp, x):
     return 1 / (1 + xp.exp(-x))
 
 
+def by_position(xp, step, carry, xs):
+    """step(carry, rows) -> (carry, output) over the positions t of xs ([B, L, *] arrays; rows: each one's
+    [B, *] at t) -> the outputs stacked on axis 1 (a tuple of outputs alike). In numpy a loop; in jax.numpy one
+    lax.scan, whose step compiles once where a loop would compile a copy per position (seconds, for a gradient)."""
+    if xp is np:
+        outputs = []
+        for t in range(xs[0].shape[1]):
+            carry, output = step(carry, [x[:, t] for x in xs])
+            outputs.append(output)
+        return jax.tree.map(lambda *rows: np.stack(rows, 1), *outputs)
+    _, outputs = jax.lax.scan(step, carry, [jnp.moveaxis(x, 1, 0) for x in xs])
+    return jax.tree.map(lambda rows: jnp.moveaxis(rows, 0, 1), outputs)
+
+
 def _scan(xp, q, k, v, beta, gate, strict):
     """S_t = g_t S_{t-1} (I - beta_t k_t k_t^T) + beta_t v_t k_t^T, read as S_t q_t, or where `strict` as
     g_t S_{t-1} q_t (key t not yet written); [B, L, H, *] inputs, gate and beta [B, L, H]."""
-    batch, length, heads, features = k.shape
+    batch, _, heads, features = k.shape
     identity = np.eye(features)
-    state = xp.zeros((batch, heads, v.shape[-1], features))
-    outputs = []
-    for t in range(length):
-        decayed = gate[:, t, :, None, None] * state
-        if strict:
-            outputs.append(xp.einsum("bhdm,bhm->bhd", decayed, q[:, t]))
-        b = beta[:, t, :, None, None]
-        erase = identity - b * xp.einsum("bhm,bhn->bhmn", k[:, t], k[:, t])
-        state = xp.einsum("bhdm,bhmn->bhdn", decayed, erase) + b * xp.einsum("bhd,bhm->bhdm", v[:, t], k[:, t])
-        if not strict:
-            outputs.append(xp.einsum("bhdm,bhm->bhd", state, q[:, t]))
-    return xp.stack(outputs, 1)
+
+    def step(state, rows):
+        q, k, v, beta, gate = rows
+        decayed = gate[:, :, None, None] * state
+        b = beta[:, :, None, None]
+        erase = identity - b * xp.einsum("bhm,bhn->bhmn", k, k)
+        state_after = xp.einsum("bhdm,bhmn->bhdn", decayed, erase) + b * xp.einsum("bhd,bhm->bhdm", v, k)
+        return state_after, xp.einsum("bhdm,bhm->bhd", decayed if strict else state_after, q)
+
+    return by_position(xp, step, xp.zeros((batch, heads, v.shape[-1], features)), [q, k, v, beta, gate])
 
 
 def recurrence(xp, q, k, v, key_valid, beta_weight, beta_bias, gate_weight=None, gate_bias=None, causal=True):

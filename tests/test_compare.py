@@ -21,10 +21,20 @@ from studies import catalog, jobs, runner
 from tasks import mlm, translation
 from tasks import listops as listops_task
 from tasks import recall as recall_task
+from runtime import devices
 from training import evaluation, validate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STUDY_KEYS = [(task, preset) for task, presets in catalog.presets().items() for preset in presets]
+
+
+@pytest.fixture(autouse=True)
+def jobs_at_test_speed(monkeypatch):
+    """The study runner's poll for its first job's data every 10 ms, not every second (FakeTrain prepares
+    none), and this process's devices where it would start a process to ask what they are (seconds per
+    study; tests/test_devices.py holds that process's answer to this one's)."""
+    monkeypatch.setattr(jobs, "DATA_POLL_S", 0.01)
+    monkeypatch.setattr(devices, "probe", devices.runtime)
 
 
 # --- studies ---------------------------------------------------------------------------------------------

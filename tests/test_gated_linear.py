@@ -14,7 +14,7 @@ from flax import nnx
 import attention
 from attention import MultiHeadAttention
 from kind_harness import reference_for
-from reference_delta import gated_inputs
+from reference_delta import by_position, gated_inputs
 from training import evaluation
 
 pytestmark = pytest.mark.accelerator  # make test-accelerator runs these on the GPU or TPU
@@ -61,20 +61,18 @@ def _scan(xp, phi_q, phi_k, v, gate, strict=False):
     g_t one gate per feature or the same for all, read by phi(q_t) after key t is added, or before it where
     `strict`; one position at a time."""
     batch, _, heads, features = phi_k.shape
-    state, norm = xp.zeros((batch, heads, features, v.shape[-1])), xp.zeros((batch, heads, features))
-    numerators, normalisers = [], []
-    for t in range(phi_q.shape[1]):
-        g = gate[:, t] if gate.ndim == 4 else gate[:, t, :, None]  # [B, H, m or 1]
+
+    def step(carry, rows):
+        state, norm = carry
+        phi_q, phi_k, v, gate = rows
+        g = gate if gate.ndim == 3 else gate[:, :, None]  # [B, H, m or 1]
         state, norm = g[..., None] * state, g * norm
-        if strict:
-            numerators.append(xp.einsum("bhm,bhmd->bhd", phi_q[:, t], state))
-            normalisers.append(xp.einsum("bhm,bhm->bh", phi_q[:, t], norm))
-        state = state + xp.einsum("bhm,bhd->bhmd", phi_k[:, t], v[:, t])
-        norm = norm + phi_k[:, t]
-        if not strict:
-            numerators.append(xp.einsum("bhm,bhmd->bhd", phi_q[:, t], state))
-            normalisers.append(xp.einsum("bhm,bhm->bh", phi_q[:, t], norm))
-    return xp.stack(numerators, 1), xp.stack(normalisers, 1)
+        added = state + xp.einsum("bhm,bhd->bhmd", phi_k, v), norm + phi_k
+        read_state, read_norm = (state, norm) if strict else added
+        return added, (xp.einsum("bhm,bhmd->bhd", phi_q, read_state), xp.einsum("bhm,bhm->bh", phi_q, read_norm))
+
+    carry = xp.zeros((batch, heads, features, v.shape[-1])), xp.zeros((batch, heads, features))
+    return by_position(xp, step, carry, [phi_q, phi_k, v, gate])
 
 
 def recurrence(xp, q, k, v, key_valid, weight, bias, causal):

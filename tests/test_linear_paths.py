@@ -7,6 +7,7 @@ keys' stabiliser (performer) growing inside and across chunks. The dense referen
 hold the default path to the contract. The kernels' Triton lowering for an H100 is checked without one (an
 abstract device), their budget rule against hand-counted blocks, and on a GPU (make test-accelerator) the
 compiled kernels against the XLA path at every width and chunk the rule accepts."""
+import functools
 import os
 import subprocess
 import sys
@@ -64,15 +65,22 @@ def _assert_same(got, want):
         np.testing.assert_allclose(got_array, want_array, rtol=2e-5, atol=2e-6 * max(scale, 1.0))
 
 
-def _compare(kind, strategy, monkeypatch, length, chunk_size, growth=0.0, paths=("xla", "autodiff")):
-    """Two paths on inputs of `length` positions (example 0 with 4 padded keys), their norms growing by
-    `growth` per position (later keys setting larger stabilisers)."""
-    monkeypatch.setattr(chunking, "strategy_for", lambda platform, length: strategy)
-    q, k, v, key_valid = inputs(seed=length, lq=length, lk=length)
-    q, k = (x * (1 + growth * np.arange(length))[None, :, None, None] for x in (q, k))
-    cotangent = jnp.asarray(np.random.default_rng(2).normal(size=v.shape), jnp.float32)
-    arguments = (*f32(q, k, v), mask(key_valid), cotangent)
-    _assert_same(*(_results(kind, path, chunk_size, *arguments) for path in paths))
+@functools.cache
+def _path_results(kind, path, strategy, length, chunk_size, growth):
+    """_results of one path on inputs of `length` positions (example 0 with 4 padded keys), their norms growing
+    by `growth` per position (later keys setting larger stabilisers), the state carried across chunks by
+    `strategy`. Cached: the Pallas path (interpret mode, the slowest to compile) is held to two others."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(chunking, "strategy_for", lambda platform, length: strategy)
+        q, k, v, key_valid = inputs(seed=length, lq=length, lk=length)
+        q, k = (x * (1 + growth * np.arange(length))[None, :, None, None] for x in (q, k))
+        cotangent = jnp.asarray(np.random.default_rng(2).normal(size=v.shape), jnp.float32)
+        return _results(kind, path, chunk_size, *f32(q, k, v), mask(key_valid), cotangent)
+
+
+def _compare(kind, strategy, length, chunk_size, growth=0.0, paths=("xla", "autodiff")):
+    """Two paths on the same inputs (_path_results)."""
+    _assert_same(*(_path_results(kind, path, strategy, length, chunk_size, growth) for path in paths))
 
 
 # The kinds with the custom-VJP sums: gated_linear and the delta rule's have one path.
@@ -82,38 +90,43 @@ WITH_XLA_PATH = [kind for kind in package_kinds_of(KernelizedAttention)
 
 @pytest.mark.parametrize("strategy", chunked_sums.STRATEGIES)
 @pytest.mark.parametrize("kind", WITH_XLA_PATH)
-def test_custom_vjp_equals_the_autodiff_path(kind, strategy, monkeypatch):
+def test_custom_vjp_equals_the_autodiff_path(kind, strategy):
     """13 positions in chunks of 5: the last chunk padded."""
-    _compare(kind, strategy, monkeypatch, length=13, chunk_size=5)
+    _compare(kind, strategy, length=13, chunk_size=5)
 
 
 @pytest.mark.parametrize("length, chunk_size, strategy", [(16, 4, "sequential"), (16, 4, "parallel"),
                                                           (13, 5, "sequential"), (6, 0, "parallel")])
-def test_custom_vjp_equals_the_autodiff_path_under_a_growing_stabiliser(length, chunk_size, strategy, monkeypatch):
+def test_custom_vjp_equals_the_autodiff_path_under_a_growing_stabiliser(length, chunk_size, strategy):
     """Performer's keys scaled by their running max, which grows inside and across chunks (whole chunks,
     a padded last one, and one chunk of the whole sequence)."""
-    _compare("performer", strategy, monkeypatch, length, chunk_size, growth=0.3)
+    _compare("performer", strategy, length, chunk_size, growth=0.3)
 
 
 @pytest.mark.parametrize("reference", ["xla", "autodiff"])
 @pytest.mark.parametrize("kind, growth", [("linear", 0.0), ("performer", 0.3), ("cosformer", 0.0)])
-def test_pallas_kernels_equal_the_xla_path(kind, growth, reference, monkeypatch):
+def test_pallas_kernels_equal_the_xla_path(kind, growth, reference):
     """In interpret mode: plain features, a growing stabiliser, position-dependent features; 13 positions in
     chunks of 4 (the last padded), padded keys; outputs and gradients. Against the XLA path, whose per-chunk
     steps the kernels share, and against the autodiff path, which shares none of them."""
-    _compare(kind, "sequential", monkeypatch, length=13, chunk_size=4, growth=growth, paths=("pallas", reference))
+    _compare(kind, "sequential", length=13, chunk_size=4, growth=growth, paths=("pallas", reference))
 
 
 @pytest.mark.skipif(jax.default_backend() == "gpu", reason="interpret mode is the kernels' path off a GPU")
 def test_an_explicit_pallas_off_a_gpu_says_once_that_it_runs_in_interpret_mode(monkeypatch, capsys):
     monkeypatch.setattr(kernel_sums, "_said_interpreted", set())
     phi = jnp.ones((1, 8, 1, 4))
+
+    def trace(implementation):  # traced only, as jit traces: the kernels' results are the tests' above
+        jax.eval_shape(lambda: kernel_sums.causal_linear_attention(phi, phi, phi, 1e-6, 4,
+                                                                   implementation=implementation))
+
     for _ in range(3):  # as the train step, the eval step and each layer trace it
-        kernel_sums.causal_linear_attention(phi, phi, phi, 1e-6, 4, implementation="pallas")
+        trace("pallas")
     assert capsys.readouterr().out == (
         f"warning: attention.kernelized_implementation='pallas' on {jax.default_backend()}: the Pallas kernels run in "
         f"interpret mode (as XLA operations, far slower than 'xla'; for tests); 'auto' takes XLA's sums here\n")
-    kernel_sums.causal_linear_attention(phi, phi, phi, 1e-6, 4, implementation="auto")
+    trace("auto")
     assert capsys.readouterr().out == ""
 
 
