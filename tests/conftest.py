@@ -11,6 +11,11 @@ import tempfile
 import pytest
 
 os.environ["WANDB_MODE"] = "disabled"
+# One BLAS thread per process (set before numpy loads OpenBLAS; xdist's workers and the processes tests start
+# inherit it): the workers already take a core each, and OpenBLAS's threads (numpy's, and the LAPACK behind
+# jnp.linalg's eigh, svd and qr on the CPU) spin waiting for a core another worker holds. softmax_rank's eigh
+# of two 1,024 x 1,024 matrices took 19 s so beside a busy core, 0.25 s on one thread.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 # The suite runs on the CPU, also on a machine with a GPU or TPU: its parallel workers would each take the
 # accelerator (75% of a GPU's memory each; a TPU's chips go to the first, the others fall back quietly).
 # TEST_ACCELERATOR=1 (make test-accelerator) runs the tests marked `accelerator` on it, in one process.
