@@ -49,7 +49,10 @@ def job_environments(info: dict, jobs: int) -> list[dict | None]:
 
     GPU: job i sees only GPU i mod count (CUDA_VISIBLE_DEVICES, mapped through the one this process was
     given) and allocates memory as it needs it. TPU: one process owns the chips, so one job at a time.
-    CPU: each of several jobs runs XLA on one thread (PJRT_NPROC), not one per core each."""
+    CPU: each of several jobs runs XLA on one thread (PJRT_NPROC), not one per core each, and OpenBLAS too:
+    the LAPACK behind eigh and svd on the CPU (softmax_rank, every final evaluation's ranks) otherwise spins a
+    thread per core waiting for cores the other jobs hold (softmax_rank32's MLM steps took 9-12 s where two such jobs
+    shared 2 cores with other work, 1.1 s alone)."""
     if jobs == 1:
         return [None]
     platform = info["platform"]
@@ -62,4 +65,4 @@ def job_environments(info: dict, jobs: int) -> list[dict | None]:
                 for i in range(jobs)]
     # PJRT_NPROC sizes the XLA CPU client's thread pool (one thread per core by default);
     # --xla_cpu_multi_thread_eigen=false does not shrink it (measured on jax 0.10.2).
-    return [{**os.environ, "PJRT_NPROC": "1"}] * jobs
+    return [{**os.environ, "PJRT_NPROC": "1", "OPENBLAS_NUM_THREADS": "1"}] * jobs

@@ -50,7 +50,8 @@ def test_one_process_owns_a_tpu():
 def test_cpu_jobs_run_on_one_thread_each():
     assert devices.default_jobs(CPU) == os.cpu_count()
     environments = devices.job_environments(CPU, 3)
-    assert len(environments) == 3 and all(env["PJRT_NPROC"] == "1" for env in environments)
+    assert len(environments) == 3 and all(env["PJRT_NPROC"] == env["OPENBLAS_NUM_THREADS"] == "1"
+                                       for env in environments)
     assert devices.job_environments(CPU, 1) == [None]
 
 
