@@ -385,6 +385,43 @@ def rank_study_sections(metrics: tuple[str, ...], results: dict[str, list[dict]]
     ]
 
 
+def _term_values(term: str, metric: str, results: dict[str, list[dict]]) -> dict[int, float] | None:
+    """Seed -> the term's value (grids.Contrast): the run's test `metric`, or at "run@step" its validation
+    `metric` at that step; None where the run, or a seed's evaluation at that step, is not in `results`."""
+    run, _, step = term.partition("@")
+    values = {}
+    for result in results.get(run, []):
+        if not step:
+            values[result["config"]["seed"]] = result["metrics"][metric]
+            continue
+        lines = [line for line in result.get("validation_curve", []) if line["step"] == int(step) and metric in line]
+        if not lines:
+            return None
+        values[result["config"]["seed"]] = lines[-1][metric]
+    return values or None
+
+
+def _formula(terms: dict[str, float]) -> str:
+    signed = (f"{'-' if weight < 0 else '+'} {'' if abs(weight) == 1 else f'{abs(weight):g} x '}{term}"
+              for term, weight in terms.items())
+    return " ".join(signed).removeprefix("+ ")
+
+
+def contrast_table(metric: str, contrasts: tuple, results: dict[str, list[dict]]) -> str:
+    """A row per contrast (grids.Contrast) of the study: its formula, the seeds every term has, the mean in
+    points (100 x `metric`) and its 95% interval over those seeds; "not run yet" where a term is missing."""
+    lines = ["| question | contrast | seeds | mean (points) | 95% CI (points) |", "|---|---|---:|---:|---|"]
+    for contrast in contrasts:
+        values = [_term_values(term, metric, results) for term in contrast.terms]
+        cells = "- | not run yet | -"
+        if all(values):
+            mean, half_width, seeds = stats.paired_combination(list(zip(contrast.terms.values(), values)))
+            interval = "-" if half_width is None else f"{100 * (mean - half_width):+.1f} to {100 * (mean + half_width):+.1f}"
+            cells = f"{seeds} | {100 * mean:+.1f} | {interval}"
+        lines.append(f"| {contrast.question} | {_formula(contrast.terms)} | {cells} |")
+    return "\n".join(lines)
+
+
 def write_report(
     task,
     preset: str,
@@ -395,13 +432,20 @@ def write_report(
     head_dim: int | None = None,
     picks: dict[str, dict] | None = None,
     notes: str = "",
+    contrasts: tuple = (),
 ) -> str:
     """Writes out_dir/report.md of `task` (tasks/interface.py), its PNG plots and results.json (every run's
     per-seed results, the numbers behind the tables); returns the report's path. `picks`: each run's
     candidates where the study picks a field on validation (runner.pick_record); `notes`: the study's own
-    text (grids.Study.notes), under the command."""
+    text (grids.Study.notes), under the command; `contrasts`: its predictions as numbers (grids.Contrast)."""
     os.makedirs(out_dir, exist_ok=True)
     body = task.report_sections(results, spectra, out_dir, head_dim)
+    if contrasts:
+        body[:0] = [f"## Predictions against results\n\nEach prediction above as one number: a weighted sum of runs' "
+                    f"{task.METRICS[0]}, seed by seed over the seeds every term has (a run's test value, or "
+                    f"run@step: its validation value at that step), in points (100 x the metric), with its 95% "
+                    f"interval (Student's t, n - 1 degrees of freedom).",
+                    contrast_table(task.METRICS[0], contrasts, results)]
     if picks:
         body += [f"## Picked on validation\n\nEach run's {task.METRICS[0]} on the validation split at the end of "
                  "each candidate's schedule (seed 0; \"diverged\": it did not finish); the seeds above trained "

@@ -25,6 +25,17 @@ class Pick:
 
 
 @dataclasses.dataclass(frozen=True)
+class Contrast:
+    """One of a study's questions as one number: the sum of weight x headline metric over its terms, seed by
+    seed (the seed fixes data order and masking in every run, so runs pair by seed), e.g. {"linear_L512": 1,
+    "softmax_L512": -1, "linear": -1, "softmax": 1}: how much a gap grows with the length. A term is a run
+    ("linear": its test value) or a run at a validation step ("linear@500"); one contrast's terms are all
+    test values or all validation values."""
+    question: str  # what the number answers, and which sign says what
+    terms: dict[str, float]  # term -> weight
+
+
+@dataclasses.dataclass(frozen=True)
 class Study:
     config: str  # file[:presets], relative to the repository root
     overrides: dict  # shared by every run
@@ -32,12 +43,22 @@ class Study:
     seeds: int  # each run trains with seeds 0 .. seeds - 1
     sweep: bool = False  # also a W&B sweep, sweeps/<task>-<preset>.yaml (python -m scripts.sweep --generate)
     pick: Pick | None = None  # a field each run chooses on validation first
+    notes: str = ""  # printed in the report under its command: what the study is, and is not, e.g. a paper's setup
+    contrasts: tuple[Contrast, ...] = ()  # its predictions as numbers, each with an interval in the report
 
     def __post_init__(self):
         if self.sweep and self.pick:  # a W&B grid trains every run at once: no stage to pick in first
             raise ValueError(f"{self.config}: a study that picks {self.pick.field} on validation cannot be a W&B "
                              "sweep (sweep=True); run it with python -m scripts.compare")
-    notes: str = ""  # printed in the report under its command: what the study is, and is not, e.g. a paper's setup
+        names = {run.name for run in self.runs}
+        for contrast in self.contrasts:
+            runs, _, steps = zip(*(term.partition("@") for term in contrast.terms))
+            if unknown := sorted(set(runs) - names):
+                raise ValueError(f"{self.config}: contrast {contrast.question!r} names {', '.join(unknown)}, not "
+                                 f"runs of the study ({', '.join(sorted(names))})")
+            if len({bool(step) for step in steps}) > 1 or not all(step.isdigit() for step in steps if step):
+                raise ValueError(f"{self.config}: contrast {contrast.question!r}: its terms are all runs or all "
+                                 "run@step (a validation step, an integer), not both")
 
 
 def kind_run(kind: str, name: str = "", **options) -> Run:

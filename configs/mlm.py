@@ -171,10 +171,35 @@ Predictions, written before any result:
   feature map fitted to softmax's weights) closes much of linear's gap;
 - learning speed: if linear only learns slower, its gap to softmax shrinks from step 500 to step 2,000.
 The centred-convolution arms say how much of the gap the left-only convolution made.
+The contrasts under "Predictions against results" put each prediction in one number with its interval; they
+were written after parts 1 and 2 (softmax, linear) had finished and before any arm they test against them.
 Cut, knowingly, to fit about 12 hours of a 2-core CPU (the issue asked for 4,000 steps and the rate picked
 after 1,000): 2,000 steps, the rate picked after 500 steps of seed 0 from 3e-3, 1e-2 and 3e-2. Rank-32
 softmax at L = 512 is not run here: its eigendecompositions of 512 x 512 matrices made a step 6.5x softmax's
 (5 s against 0.77 s on both cores), about 9 hours for that arm alone; it is left to an accelerator."""
+
+
+def _gap_change(run: str, reference: str, base_run: str, base_reference: str) -> dict[str, float]:
+    """Weights of (run - reference) - (base_run - base_reference): how a gap differs from a base gap."""
+    return {run: 1.0, reference: -1.0, base_run: -1.0, base_reference: 1.0}
+
+
+_RANK_OR_SHAPE_CONTRASTS = (
+    grids.Contrast("linear's gap to softmax at L = 128", {"linear": 1.0, "softmax": -1.0}),
+    grids.Contrast("rank: rank-32 softmax's gap to softmax (near linear's gap: rank; near 0: shape)",
+                   {"softmax_rank32": 1.0, "softmax": -1.0}),
+    grids.Contrast("rank-32 softmax above linear (near 0: rank; near softmax's lead over linear: shape)",
+                   {"softmax_rank32": 1.0, "linear": -1.0}),
+    grids.Contrast("rank: linear's gap at L = 512 minus at L = 128 (negative: it grows with L/m)",
+                   _gap_change("linear_L512", "softmax_L512", "linear", "softmax")),
+    grids.Contrast("shape: distilled Hedgehog above linear (positive: distillation closes the gap)",
+                   {"hedgehog_distilled": 1.0, "linear": -1.0}),
+    grids.Contrast("distilled Hedgehog's gap to softmax", {"hedgehog_distilled": 1.0, "softmax": -1.0}),
+    grids.Contrast("learning speed: linear's validation gap at step 2,000 minus at 500 (positive: it shrinks)",
+                   _gap_change("linear@2000", "softmax@2000", "linear@500", "softmax@500")),
+    grids.Contrast("convolution: linear's gap with the centred convolution minus with the left-only one",
+                   _gap_change("linear_centred", "softmax_centred", "linear", "softmax")),
+)
 
 
 def _study_rank_or_shape() -> grids.Study:
@@ -185,7 +210,7 @@ def _study_rank_or_shape() -> grids.Study:
     pick = grids.Pick("learning_rate", (3e-3, 1e-2, 3e-2),
                       {"num_train_steps": 500, "eval_every_steps": 500, "checkpoint_every_steps": 500})
     return grids.Study("configs/mlm.py:standard", schedule, _rank_or_shape_runs(), seeds=3, pick=pick,
-                       notes=_RANK_OR_SHAPE_NOTES)
+                       notes=_RANK_OR_SHAPE_NOTES, contrasts=_RANK_OR_SHAPE_CONTRASTS)
 
 
 STUDIES = {

@@ -178,8 +178,9 @@ def _write_report(task: str, preset: str, command: str, records: dict[str, dict]
             os.remove(curves_path)
     spectra = {name: record["spectra"] for name, record in records.items() if record["spectra"]}
     picks = {name: record["pick"] for name, record in records.items() if record.get("pick")}
+    study = get_study(task, preset)
     path = report.write_report(tasks.get(task), preset, command, results, spectra, out_dir, head_dim(results), picks,
-                               get_study(task, preset).notes)
+                               study.notes, study.contrasts)
     print(f"\n{report.accuracy_table(tasks.get(task).METRICS, results)}\n\nreport: {path}", flush=True)
 
 
@@ -223,10 +224,11 @@ def rewrite_report(task: str, preset: str, reports_dir: str) -> str:
         raise StudyError(f"{out_dir} has no {RUNS_JSON}: its {report.SPECTRA_PLOT} needs the runs' spectra")
     results = read_study_file(os.path.join(out_dir, report.RESULTS_JSON), task, preset)
     study = get_study(task, preset)
-    # A study's notes describe its runs: a report of runs it no longer has (renamed since) goes without them.
-    notes = study.notes if set(results) <= {run.name for run in study.runs} else ""
+    # A study's notes and contrasts describe its runs: a report of runs it no longer has (renamed since) goes
+    # without them.
+    current = set(results) <= {run.name for run in study.runs}
     return report.write_report(tasks.get(task), preset, command, results, {}, out_dir, head_dim(results),
-                               notes=notes)
+                               notes=study.notes if current else "", contrasts=study.contrasts if current else ())
 
 
 def _picked(task: str, preset: str, study: Study, runs: list[Run], runs_dir: str, extra: list[str],

@@ -281,6 +281,15 @@ def test_write_report_without_bounded_runs_or_spectra(tmp_path):
     assert (tmp_path / "accuracy_vs_feature_dim.png").exists() and not (tmp_path / "spectra.png").exists()
 
 
+def test_a_report_with_contrasts_puts_them_before_the_tasks_sections(tmp_path):
+    contrast = grids.Contrast("softmax above performer", {"softmax": 1.0, "performer_m16": -1.0})
+    seeded = {name: [{**result, "config": {"seed": seed}} for seed, result in enumerate(evals)]
+              for name, evals in RESULTS.items()}
+    text = open(report.write_report(mlm, "quick", "cmd", seeded, {}, str(tmp_path), contrasts=(contrast,))).read()
+    section = text.index("## Predictions against results")
+    assert section == text.index("## ") and "| softmax above performer | softmax - performer_m16 |" in text
+
+
 def test_a_report_of_eval_json_written_before_shapes_has_dashes_and_no_entropy_plot(tmp_path):
     old = {"performer_m16": RESULTS["performer_m16"]}
     text = open(report.write_report(mlm, "quick", "cmd", old, {}, str(tmp_path))).read()
