@@ -23,6 +23,7 @@ RESULT_KEY = "recall"  # eval.json's key of the task's own fields: the task's NA
 PAIRS_PLOT = "accuracy_vs_pairs.png"
 STATE_PLOT = "accuracy_vs_state.png"
 RANK_PLOT = "rank_vs_pairs.png"
+RANK_STATE_PLOT = "rank_vs_state.png"
 WIDTH_PLOT = "accuracy_vs_feature_dim.png"
 
 
@@ -141,8 +142,7 @@ def plot_accuracy_vs_state(results: dict[str, list[dict]], path: str) -> str:
     pairs = sorted({_pairs(evals) for evals in results.values()})
     fig, axes = plt.subplots(1, len(pairs), figsize=(3.4 * len(pairs) + 1.5, 3.6), squeeze=False, sharey=True,
                              layout="constrained")
-    kinds = list(dict.fromkeys(_state(evals)["kind"] for evals in results.values()))
-    colors = dict(zip(kinds, plots.COLORS))
+    colors = _kind_colors(results)
     for ax, n in zip(axes[0], pairs):
         points = []
         for name, evals in results.items():
@@ -162,8 +162,45 @@ def plot_accuracy_vs_state(results: dict[str, list[dict]], path: str) -> str:
     fig.suptitle(plots.seeds_note(_seeds(results)), fontsize=8)
     axes[0][0].set_ylabel("query accuracy (test)")
     axes[0][0].set_ylim(-0.02, 1.05)
-    handles = [plt.Line2D([], [], color=colors[kind], marker="o", linestyle="") for kind in kinds]
-    axes[0][-1].legend(handles, kinds, fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    _kind_legend(axes[0][-1], colors)
+    return plots.save_figure(fig, path)
+
+
+def _kind_colors(results: dict[str, list[dict]]) -> dict[str, str]:
+    return dict(zip(dict.fromkeys(_state(evals)["kind"] for evals in results.values()), plots.COLORS))
+
+
+def _kind_legend(ax, colors: dict[str, str]) -> None:
+    handles = [plt.Line2D([], [], color=color, marker="o", linestyle="") for color in colors.values()]
+    ax.legend(handles, list(colors), fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+
+
+def plot_rank_vs_state(results: dict[str, list[dict]], path: str) -> str:
+    """Effective (top) and numerical (bottom) rank of the query rows against the state a head keeps, a
+    column per layer, a point per run (mean over seeds) coloured by kind; the dotted line is N, the rank
+    that pointing N queries at N keys takes. For a study at one N, where rank against N is a single point."""
+    layers, colors = _layers(results), _kind_colors(results)
+    fig, axes = plt.subplots(2, len(layers), figsize=(4.2 * len(layers) + 2, 6.6), squeeze=False, sharex=True,
+                             layout="constrained")
+    for row, field in enumerate(("effective_rank", "numerical_rank")):
+        for ax, layer in zip(axes[row], layers):
+            points = []
+            for name, evals in results.items():
+                if (ranks := report.layer_ranks(evals).get(layer)) is not None:
+                    state = _state(evals)
+                    ax.plot(state["per_head"], ranks[field], marker="o", linestyle="", color=colors[state["kind"]])
+                    points.append((state["per_head"], ranks[field], series_name(name)))
+            plots.label_points(ax, points, log_x=True)
+            for pairs in {_pairs(evals) for evals in results.values()}:
+                ax.axhline(pairs, color="gray", linestyle=":", linewidth=1)
+            plots.counts_log_x(ax)
+            ax.margins(x=0.12)
+            ax.set_ylim(0, None)
+            ax.set_title(f"layer {layer}", fontsize=9)
+        axes[row][0].set_ylabel(f"{field.replace('_', ' ')}, query rows")
+    for ax in axes[1]:
+        ax.set_xlabel("state per head (numbers)")
+    _kind_legend(axes[0][-1], colors)
     return plots.save_figure(fig, path)
 
 
@@ -247,9 +284,13 @@ def report_sections(results: dict[str, list[dict]], spectra: dict, out_dir: str,
     """The recall sections of a study's report (tables and plots, the PNGs written to out_dir); the spectra
     and head dim of the rank-bound grids play no part."""
     del spectra, head_dim
-    images = [("query accuracy against N", PAIRS_PLOT, plot_accuracy_vs_pairs),
-              ("query accuracy against the state per head", STATE_PLOT, plot_accuracy_vs_state),
-              ("effective rank of the query rows against N", RANK_PLOT, plot_rank_vs_pairs)]
+    against_state = [("query accuracy against the state per head", STATE_PLOT, plot_accuracy_vs_state)]
+    if len({_pairs(evals) for evals in results.values()}) == 1:  # against N, a column of points
+        images = against_state + [("effective and numerical rank of the query rows against the state per head",
+                                   RANK_STATE_PLOT, plot_rank_vs_state)]
+    else:
+        images = [("query accuracy against N", PAIRS_PLOT, plot_accuracy_vs_pairs), *against_state,
+                  ("effective rank of the query rows against N", RANK_PLOT, plot_rank_vs_pairs)]
     if width_sweeps(results):
         images.append(("accuracy and rank against the feature dim", WIDTH_PLOT, plot_width_sweeps))
     for _, file, plot in images:

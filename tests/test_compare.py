@@ -675,6 +675,28 @@ def test_write_report_for_recall_writes_its_tables_plots_and_results(tmp_path):
     assert recall_report.WIDTH_PLOT not in text and not (tmp_path / "other" / recall_report.WIDTH_PLOT).exists()
 
 
+def test_a_recall_study_at_one_n_plots_ranks_against_state_not_against_n(tmp_path, monkeypatch):
+    one_n = {name: evals for name, evals in RECALL_RESULTS.items() if name.endswith("_N16")}
+    text = open(report.write_report(recall_task, "state", "cmd", one_n, {}, str(tmp_path))).read()
+    assert f"]({recall_report.RANK_STATE_PLOT})" in text and f"]({recall_report.STATE_PLOT})" in text
+    assert recall_report.PAIRS_PLOT not in text and recall_report.RANK_PLOT not in text
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    recall_report.plot_rank_vs_state(one_n, str(tmp_path / "rank.png"))
+    monkeypatch.undo()
+    (figure,) = figures
+    # Rows: effective then numerical rank; columns: layers 0 and 1; a point per run at its state per head.
+    effective_0, effective_1, _, numerical_1 = figure.axes[:4]
+    assert [ax.get_title() for ax in figure.axes[:4]] == ["layer 0", "layer 1"] * 2
+    def points(ax):
+        return {tuple(line.get_xydata()[0]) for line in ax.lines if line.get_marker() == "o"}
+
+    # Means over seeds (softmax's layer-0 effective ranks 16 and 15); linear_d4 has no layer 1.
+    assert points(effective_0) == {(8192, 15.5), (1024, 7.0), (256, 4.0)}
+    assert points(numerical_1) == {(8192, 8.5), (1024, 8.5)} and points(effective_1) == {(8192, 7.5), (1024, 7.5)}
+    plt.close(figure)
+
+
 def test_error_bars_say_what_they_are_and_labels_of_near_points_do_not_overlap():
     assert plots.seeds_note([3, 3]) == "error bars: ± std over 3 seeds (ddof=1)"
     assert plots.seeds_note([2, 3], "bands") == "bands: ± std over 2-3 seeds (ddof=1)"
