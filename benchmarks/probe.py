@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from collections.abc import Callable
@@ -151,13 +152,16 @@ def _bench(script: str, arguments: str, folder: str, workdir: bool = False):
 
 
 def _study(probe: Probe, cap_s: float) -> list[str]:
-    """The study's runs --study_runs (all where empty), --study_seeds seeds each, in bfloat16."""
+    """The study --study ([task:]preset, the task mlm where unnamed): its runs --study_runs (all where empty),
+    --study_seeds seeds each, in --study_dtype (the config's own where empty)."""
     if not probe.options.study:
         raise Skipped("PROBE_STUDY is empty")
+    task, _, preset = probe.options.study.rpartition(":")
     runs = [f"--only={probe.options.study_runs}"] if probe.options.study_runs else []
-    return _module("scripts.compare", "--task=mlm", f"--preset={probe.options.study}", *runs,
+    dtype = [f"--config.compute_dtype={probe.options.study_dtype}"] if probe.options.study_dtype else []
+    return _module("scripts.compare", f"--task={task or 'mlm'}", f"--preset={preset}", *runs,
                    f"--seeds={probe.options.study_seeds}", f"--runs_dir={probe.path('study', 'runs')}",
-                   f"--reports_dir={probe.path('study')}", "--", "--config.compute_dtype=bfloat16")
+                   f"--reports_dir={probe.path('study')}", "--", "--config.wandb.mode=disabled", *dtype)
 
 
 def _json(*parts: str):
@@ -310,7 +314,12 @@ def pack(probe: Probe) -> None:
             f.write(text)
     for step in STEPS:
         for pattern, name in step.reports:
-            if found := sorted(glob.glob(probe.path(pattern), recursive=True)):
+            if not (found := sorted(glob.glob(probe.path(pattern), recursive=True))):
+                continue
+            if name.endswith(".tgz"):  # the first match's whole folder, in one file
+                with tarfile.open(os.path.join(probe.out, name), "w:gz") as archive:
+                    archive.add(os.path.dirname(found[0]), arcname=name.removesuffix(".tgz"))
+            else:
                 shutil.copyfile(found[0], os.path.join(probe.out, name))
 
 
@@ -445,6 +454,7 @@ STEPS = (
          (("attention/attention.md", "attention.md"), ("attention/attention.png", "attention.png"))),
     Step("mlm_train", 80, _bench("scripts.bench_train", "train", "mlm_train", workdir=True), _training_speed,
          _training_section, (("mlm_train/train.md", "mlm_train.md"),)),
-    # The hook of a later study on a lent machine: PROBE_STUDY=<preset> trains it in the time left.
-    Step("study", None, _study, lambda probe: None, reports=(("study/**/report.md", "study.md"),)),
+    # The hook of a later study on a lent machine: PROBE_STUDY=[task:]preset trains it in the time left; its
+    # report folder (report.md, results.json, runs.json, plots) comes back as one file.
+    Step("study", None, _study, lambda probe: None, reports=(("study/**/report.md", "study.tgz"),)),
 )

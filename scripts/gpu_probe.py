@@ -18,9 +18,10 @@ under 15 s is skipped; benchmarks/probe.py):
   attention     python -m scripts.bench_attention: softmax in cuDNN's flash kernel against linear attention,
                 bfloat16, B*H = 128, L = 2K..32K: where linear starts to win
   mlm_train     python -m scripts.bench_train: configs/mlm.py at L = 512 in bfloat16, steps/s, tokens/s, MFU
-  study         in the time left, `python -m scripts.compare --task=mlm --preset=<--study>` in bfloat16 on the
-                runs --study_runs, --study_seeds seeds each: by default rank_or_shape's arms at L = 512, 2 seeds
-                (PROBE_STUDY= , empty, skips it)
+  study         in the time left, `python -m scripts.compare` on --study ([task:]preset) in --study_dtype, the
+                runs --study_runs, --study_seeds seeds each: by default MLM rank_or_shape's arms at L = 512, 2
+                seeds, in bfloat16 (PROBE_STUDY= , empty, skips it); its report folder comes back as study.tgz.
+                Zoology's Figure 2 cells: --study=recall:zoology --study_runs= --study_seeds=1 --study_dtype=
 After every step --out holds summary.md, results.json (every step's status, seconds and findings), logs.txt
 (each step's log, cut to its head and tail) and the benchmarks' reports: at most 8 files, none in a folder,
 as a lent machine gives them back. WANDB_MODE=disabled throughout. Exit status 1 if a step failed or timed out.
@@ -48,11 +49,14 @@ flags.DEFINE_string("work", "", "the steps' own outputs and logs (default: a new
 flags.DEFINE_float("budget_s", None, "seconds for all the steps (default 450; smoke 240)", flag_values=FLAGS)
 flags.DEFINE_string("steps", "", f"comma-separated subset of {', '.join(step.name for step in probe.STEPS)}; "
                     "the others are recorded as skipped", flag_values=FLAGS)
-flags.DEFINE_string("study", os.environ.get("PROBE_STUDY", "rank_or_shape"), "the MLM study the step `study` "
-                    "runs (default $PROBE_STUDY, else rank_or_shape; empty: skipped)", flag_values=FLAGS)
+flags.DEFINE_string("study", os.environ.get("PROBE_STUDY", "rank_or_shape"), "the study the step `study` runs, "
+                    "[task:]preset, the task mlm where unnamed (default $PROBE_STUDY, else rank_or_shape; empty: "
+                    "skipped)", flag_values=FLAGS)
 flags.DEFINE_string("study_runs", "softmax_L512,linear_L512", "the study's runs it trains (empty: all)",
                     flag_values=FLAGS)
 flags.DEFINE_integer("study_seeds", 2, "seeds of each run", flag_values=FLAGS)
+flags.DEFINE_string("study_dtype", "bfloat16", "the study's config.compute_dtype (empty: the config's own)",
+                    flag_values=FLAGS)
 flags.DEFINE_enum("check", None, ("versions", "pallas"), "run this check in this process instead of the probe",
                   flag_values=FLAGS)
 flags.DEFINE_string("json", "", "--check: where its JSON goes", flag_values=FLAGS)

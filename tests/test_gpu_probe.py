@@ -8,6 +8,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import tarfile
 import time
 import types
 
@@ -122,14 +123,34 @@ def test_the_study_step_trains_the_rank_or_shape_arms_at_512_in_bfloat16_by_defa
     gpu_probe.FLAGS(["gpu_probe"])
     # The study's own default is $PROBE_STUDY's, else rank_or_shape: named here, whatever this shell sets.
     defaults = types.SimpleNamespace(study="rank_or_shape", study_runs=gpu_probe.FLAGS.study_runs,
-                                     study_seeds=gpu_probe.FLAGS.study_seeds)
+                                     study_seeds=gpu_probe.FLAGS.study_seeds, study_dtype=gpu_probe.FLAGS.study_dtype)
     command = probe._study(types.SimpleNamespace(options=defaults, path=lambda *parts: str(tmp_path.joinpath(*parts))), 60)
+    study_dirs = [f"--runs_dir={tmp_path / 'study' / 'runs'}", f"--reports_dir={tmp_path / 'study'}", "--",
+                  "--config.wandb.mode=disabled"]
     assert command[command.index("-m") + 1:] == [
         "scripts.compare", "--task=mlm", "--preset=rank_or_shape", "--only=softmax_L512,linear_L512", "--seeds=2",
-        f"--runs_dir={tmp_path / 'study' / 'runs'}", f"--reports_dir={tmp_path / 'study'}", "--",
-        "--config.compute_dtype=bfloat16"]
+        *study_dirs, "--config.compute_dtype=bfloat16"]
     from configs import mlm
     assert {"softmax_L512", "linear_L512"} <= {run.name for run in mlm.STUDIES["rank_or_shape"]().runs}
+    # Zoology's cells, as the docstring gives them: every run, one seed, the config's float32.
+    zoology = types.SimpleNamespace(study="recall:zoology", study_runs="", study_seeds=1, study_dtype="")
+    command = probe._study(types.SimpleNamespace(options=zoology, path=lambda *parts: str(tmp_path.joinpath(*parts))), 60)
+    assert command[command.index("-m") + 1:] == [
+        "scripts.compare", "--task=recall", "--preset=zoology", "--seeds=1", *study_dirs]
+
+
+def test_the_study_report_folder_comes_back_as_one_file(tmp_path):
+    run = _probe(tmp_path)
+    run.options.budget_s = 60.0
+    folder = tmp_path / "study" / "recall" / "zoology"
+    folder.mkdir(parents=True)
+    for name in ("report.md", "results.json", "runs.json", "curves.png"):
+        (folder / name).write_text(name)
+    probe.pack(run)
+    with tarfile.open(tmp_path / "out" / "study.tgz") as archive:
+        assert sorted(archive.getnames()) == ["study", *(f"study/{name}" for name in
+                                                         ("curves.png", "report.md", "results.json", "runs.json"))]
+        assert archive.extractfile("study/results.json").read() == b"results.json"
 
 
 def test_docs_gpu_numbers_are_the_committed_probe_results():
