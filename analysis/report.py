@@ -385,6 +385,36 @@ def rank_study_sections(metrics: tuple[str, ...], results: dict[str, list[dict]]
     ]
 
 
+def _epochs(result: dict) -> str:
+    """The passes over the training set a seed made ("-" where its config gives no dataset.train_size)."""
+    config = result["config"]
+    size = config.get("dataset", {}).get("train_size")
+    if not size:
+        return "-"
+    batch = config["per_device_batch_size"] * result.get("runtime", {}).get("device_count", 1)
+    return f"{result['step'] * batch / size:.1f}"
+
+
+def stopping_table(results: dict[str, list[dict]]) -> str:
+    """The runs that stop at a validation value (config.eval.stop_metric, stop_at): per seed, the step it
+    stopped at (its eval.json's), in passes over the training set, its last validation value, and the seeds
+    whose last validation reached the value (a stopped seed's last is the one that stopped it)."""
+    lines = ["| run | stops at | steps (per seed) | epochs (per seed) | validation at the end | reached |",
+             "|---|---|---|---|---|---:|"]
+    for name, evals in results.items():
+        stop = evals[0].get("config", {}).get("eval", {})
+        if not stop.get("stop_metric"):
+            continue
+        reached = sum(result.get("validation", {}).get(stop["stop_metric"], -np.inf) >= stop["stop_at"]
+                      for result in evals)
+        validation = ", ".join(f"{result['validation'][stop['stop_metric']]:.4f}" if result.get("validation")
+                               else "-" for result in evals)
+        lines.append(f"| {name} | {stop['stop_metric']} >= {stop['stop_at']:g} | "
+                     f"{', '.join(f'{result['step']:,}' for result in evals)} | "
+                     f"{', '.join(_epochs(result) for result in evals)} | {validation} | {reached}/{len(evals)} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
 def _term_values(term: str, metric: str, results: dict[str, list[dict]]) -> dict[int, float] | None:
     """Seed -> the term's value (grids.Contrast): the run's test `metric`, or at "run@step" its validation
     `metric` at that step; None where the run, or a seed's evaluation at that step, is not in `results`."""
@@ -446,6 +476,11 @@ def write_report(
                     f"run@step: its validation value at that step), in points (100 x the metric), with its 95% "
                     f"interval (Student's t, n - 1 degrees of freedom).",
                     contrast_table(task.METRICS[0], contrasts, results)]
+    if stopping := stopping_table(results):
+        body += ["## Early stopping\n\nRuns that stop at the first periodic validation reaching a value "
+                 "(config.eval.stop_metric, stop_at): the step each seed stopped at, in passes over the training "
+                 "set, its last validation value, and the seeds whose last validation reached the value.",
+                 stopping]
     if picks:
         body += [f"## Picked on validation\n\nEach run's {task.METRICS[0]} on the validation split at the end of "
                  "each candidate's schedule (seed 0; \"diverged\": it did not finish); the seeds above trained "

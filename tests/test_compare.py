@@ -697,6 +697,23 @@ def test_a_recall_study_at_one_n_plots_ranks_against_state_not_against_n(tmp_pat
     plt.close(figure)
 
 
+def test_runs_that_stop_early_report_their_steps_in_epochs_and_whether_they_reached_the_value(tmp_path):
+    def stopping(seed, step, validation):
+        config = {"seed": seed, "num_train_steps": 1_000, "per_device_batch_size": 512,
+                  "dataset": {"train_size": 100_000}, "eval": {"stop_metric": "query_accuracy", "stop_at": 0.99}}
+        return {**RECALL_RESULTS["softmax_N16"][0], "step": step, "config": config,
+                "runtime": {"device_count": 2}, "validation": {"query_accuracy": validation}}
+
+    results = {"softmax_N16": [stopping(0, 392, 0.995), stopping(1, 1_000, 0.97)],
+               "linear_d16_N16": RECALL_RESULTS["linear_d16_N16"]}  # no stop_metric: not in the table
+    # 392 steps of 2 x 512 over 100,000 sequences: 4.0 epochs.
+    assert report.stopping_table(results).splitlines()[2:] == [
+        "| softmax_N16 | query_accuracy >= 0.99 | 392, 1,000 | 4.0, 10.2 | 0.9950, 0.9700 | 1/2 |"]
+    text = open(report.write_report(recall_task, "zoology", "cmd", results, {}, str(tmp_path))).read()
+    assert "## Early stopping" in text and report.stopping_table(results) in text
+    assert report.stopping_table(RECALL_RESULTS) == ""
+
+
 def test_error_bars_say_what_they_are_and_labels_of_near_points_do_not_overlap():
     assert plots.seeds_note([3, 3]) == "error bars: ± std over 3 seeds (ddof=1)"
     assert plots.seeds_note([2, 3], "bands") == "bands: ± std over 2-3 seeds (ddof=1)"
