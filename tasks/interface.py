@@ -8,7 +8,7 @@ from typing import Any, Protocol, runtime_checkable
 class Task(Protocol):
     NAME: str  # config.task
     METRICS: tuple[str, ...]  # eval.json's test metrics; the first is the headline of reports and studies
-    PROGRESS_METRIC: str  # the metric of summarize() on the progress line
+    PROGRESS_METRIC: str  # the metric of summarize() on the progress line: an accuracy in [0, 1] (eval.stop_at)
 
     def roles(self, config) -> tuple[str, ...]:
         """The attention roles of the model `config` selects (models.ROLES names)."""

@@ -366,17 +366,25 @@ def test_training_stops_at_the_first_validation_that_reaches_the_early_stop(tiny
     """eval.stop_metric reached at the validation of step 10 of 20: a checkpoint there, eval.json of step 10,
     and a rerun, also one whose final evaluation was interrupted, trains no further."""
     config = tiny_config()
-    config.eval.stop_metric, config.eval.stop_at = "token_accuracy", -1.0  # any accuracy reaches it
+    config.eval.stop_metric, config.eval.stop_at = "token_accuracy", 0.0  # any accuracy reaches it
     workdir = str(tmp_path)
     result = loop.train_and_evaluate(config, workdir)
     lines = metrics.read_metrics(workdir)
     assert result["step"] == 10 and max(line["step"] for line in lines) == 10
     assert [line["step"] for line in lines if line["split"] == "train"] == [5, 10]
-    assert "reached eval.stop_at=-1.0 at step 10 of 20" in capsys.readouterr().out
+    assert "reached eval.stop_at=0.0 at step 10 of 20" in capsys.readouterr().out
     assert loop.train_and_evaluate(config, workdir) == result
     assert "done: 10 steps, trained and evaluated before" in capsys.readouterr().out
     os.remove(os.path.join(workdir, evaluation.EVAL_FILE))
     assert loop.train_and_evaluate(config, workdir)["step"] == 10 and metrics.read_metrics(workdir) == lines
+    config.eval.stop_at = 1.5  # an accuracy never reaches it: refused, not run to the end silently
+    with pytest.raises(ConfigError, match=r"^config.eval.stop_at=1.5 must be a number in \[0, 1\]; token_accuracy "
+                                          "is a fraction: above 1 training would never stop early$"):
+        loop.train_and_evaluate(config, str(tmp_path / "other"))
+    config.eval.stop_metric = ""  # a stop value without its metric would be ignored
+    with pytest.raises(ConfigError, match=r"^config.eval.stop_at=1.5 is read only with eval.stop_metric, which is "
+                                          "empty; set config.eval.stop_metric='token_accuracy' to stop there$"):
+        loop.train_and_evaluate(config, str(tmp_path / "other"))
     config.eval.stop_metric = "bleu"
     with pytest.raises(ConfigError, match="eval.stop_metric='bleu'.*token_accuracy"):
         loop.train_and_evaluate(config, str(tmp_path / "other"))

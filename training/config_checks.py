@@ -38,7 +38,8 @@ def check_number(config, field: str, interval: str, why: str) -> None:
     low, high = (float(end) for end in interval[1:-1].split(","))
     value = _get(config, field)
     is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not (is_number and (low <= value if interval[0] == "[" else low < value) and value < high):
+    if not (is_number and (low <= value if interval[0] == "[" else low < value)
+            and (value <= high if interval[-1] == "]" else value < high)):
         raise ConfigError(f"config.{field}={value!r} must be a number in {interval}" +
                           (f"; {why}" if why else ""))
 

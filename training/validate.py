@@ -133,9 +133,13 @@ def check_devices(config) -> None:
 
 
 def _check_early_stop(config, task) -> None:
+    if not config.eval.stop_metric and config.eval.stop_at != 1.0:  # common.py's default
+        raise ConfigError(f"config.eval.stop_at={config.eval.stop_at!r} is read only with eval.stop_metric, which "
+                          f"is empty; set config.eval.stop_metric={task.PROGRESS_METRIC!r} to stop there")
     if config.eval.stop_metric:
         choice("eval.stop_metric", config.eval.stop_metric, ("", task.PROGRESS_METRIC))
-        check_number(config, "eval.stop_at", "(-inf, inf)", "")
+        check_number(config, "eval.stop_at", "[0, 1]", f"{task.PROGRESS_METRIC} is a fraction: above 1 training "
+                     "would never stop early")
 
 
 def validate(config) -> None:
