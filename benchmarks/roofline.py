@@ -54,15 +54,19 @@ def _sizes(table: dict):
     return table["cpu" if jax.default_backend() == "cpu" else "accelerator"]
 
 
+def matmul_rate(dtype: str = "float32", repeats: int = 5) -> float:
+    """FLOP/s of the fastest square matmul of MATMUL_SIZES in `dtype` now (the fastest of `repeats` timings)."""
+    matmul = jax.jit(jnp.matmul)
+    return max(2 * size**3 / fastest_seconds(matmul, (jnp.ones((size, size), dtype),) * 2, repeats)
+               for size in _sizes(MATMUL_SIZES))
+
+
 def machine_rates(dtype: str = "float32", repeats: int = 5) -> dict:
     """{"matmul_flops_per_s", "bandwidth_bytes_per_s"} of this machine now (the fastest of `repeats` timings),
     the matmul's in `dtype`."""
-    matmul = jax.jit(jnp.matmul)
-    matmul_rate = max(2 * size**3 / fastest_seconds(matmul, (jnp.ones((size, size), dtype),) * 2, repeats)
-                      for size in _sizes(MATMUL_SIZES))
     x = jnp.ones((_sizes(BANDWIDTH_MIB) * 2**20 // 4,), jnp.float32)
     sum_s = fastest_seconds(jax.jit(jnp.sum), (x,), repeats)
-    return {"matmul_flops_per_s": matmul_rate, "bandwidth_bytes_per_s": x.nbytes / sum_s}
+    return {"matmul_flops_per_s": matmul_rate(dtype, repeats), "bandwidth_bytes_per_s": x.nbytes / sum_s}
 
 
 @contextlib.contextmanager

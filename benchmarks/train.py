@@ -11,6 +11,7 @@ import numpy as np
 from absl import logging
 
 import tasks
+from benchmarks import roofline
 from benchmarks.common import counted_flops, machine, write_reports
 from configs.task_configs import BY_TASK
 from data.prefetch import prefetch
@@ -69,6 +70,7 @@ class Bench:
     def __init__(self, spec: str, workdir: str, overrides: dict | None = None):
         self.spec = spec
         config = load_config(spec, overrides)
+        self.compute_dtype = config.compute_dtype
         task = tasks.get(config.task)
         data = task.prepare_data(config, workdir)
         optimizer = steps.create_optimizer(config)
@@ -102,18 +104,6 @@ class Bench:
         return (time.perf_counter() - started) / num_steps
 
 
-def matmul_flops_per_sec(size: int = 1024, repeats: int = 20) -> float:
-    """Achieved FLOP/s of a float32 size x size matmul: the machine's dense reference."""
-    a = jax.random.normal(jax.random.key(0), (size, size), jnp.float32)
-    matmul = jax.jit(lambda x: x @ a)
-    x = matmul(a).block_until_ready()
-    started = time.perf_counter()
-    for _ in range(repeats):
-        x = matmul(x)
-    x.block_until_ready()
-    return 2 * size**3 * repeats / (time.perf_counter() - started)
-
-
 def measure(specs: list[str], sources: list[str], rounds: int, steps_per_round: int, workdir: str,
             overrides: dict | None = None) -> dict:
     os.makedirs(workdir, exist_ok=True)
@@ -124,15 +114,17 @@ def measure(specs: list[str], sources: list[str], rounds: int, steps_per_round: 
         for source in sources:  # device batches are committed to the mesh: the step compiles for them too
             benches[-1].run(2, source)
     times = {(bench.spec, source): [] for bench in benches for source in sources}
-    peak = []
+    dtypes = sorted({bench.compute_dtype for bench in benches})
+    peak = {dtype: [] for dtype in dtypes}
     for round_index in range(rounds):
-        peak.append(matmul_flops_per_sec())
+        for dtype in dtypes:  # each round: the machine's rate as its load is then
+            peak[dtype].append(roofline.matmul_rate(dtype, repeats=3))
         for bench in benches:
             for source in sources:
                 times[bench.spec, source].append(bench.run(steps_per_round, source))
         print(f"round {round_index + 1}/{rounds}: " + ", ".join(
             f"{spec} ({source}) {1e3 * values[-1]:.1f} ms" for (spec, source), values in times.items()), flush=True)
-    matmul = float(np.median(peak))
+    matmul = {dtype: float(np.median(rates)) for dtype, rates in peak.items()}
     rows = []
     for bench in benches:
         for source in sources:
@@ -141,9 +133,11 @@ def measure(specs: list[str], sources: list[str], rounds: int, steps_per_round: 
             rows.append({"config": bench.spec, "batches": source, "ms_per_step": 1e3 * seconds,
                          "tokens_per_step": bench.tokens, "tokens_per_sec": bench.tokens / seconds,
                          "flops_per_step": bench.flops, "flops_per_sec": achieved,
-                         "fraction_of_matmul": None if achieved is None else achieved / matmul,
+                         "fraction_of_matmul": None if achieved is None else achieved / matmul[bench.compute_dtype],
                          "ms_per_step_rounds": [1e3 * t for t in times[bench.spec, source]]})
-    return {"machine": machine(matmul_precision=False), "matmul_flops_per_sec": matmul, "rounds": rounds,
+    return {"machine": machine(matmul_precision=False), "matmul_flops_per_sec_by_dtype": matmul,
+            "matmul_sizes": list(roofline.MATMUL_SIZES["cpu" if jax.default_backend() == "cpu" else "accelerator"]),
+            "rounds": rounds,
             "steps_per_round": steps_per_round, "overrides": overrides or {}, "configs": rows}
 
 
@@ -158,8 +152,14 @@ def table(result: dict) -> str:
         lines.append(f"| `{row['config']}` | {row['batches']} | {row['ms_per_step']:.1f} | "
                      f"{row['ms_per_step'] / first:.2f} | {row['tokens_per_sec']:,.0f} | {flops} | {rate} | "
                      f"{fraction} |")
-    lines.append(f"\nDense float32 1024x1024 matmul in the same run: "
-                 f"{result['matmul_flops_per_sec'] / 1e9:.1f} GFLOP/s.")
+    if "matmul_flops_per_sec_by_dtype" in result:
+        sizes = " and ".join(f"{size}x{size}" for size in result["matmul_sizes"])
+        lines.append("\nOf matmul: against the fastest dense matmul of " + sizes + " in the config's compute "
+                     "dtype, in the same run: " + ", ".join(f"{dtype} {rate / 1e9:,.1f} GFLOP/s" for dtype, rate in
+                                                             result["matmul_flops_per_sec_by_dtype"].items()) + ".")
+    else:  # a result of the float32 1024 matmul alone, before the rate was taken in each config's dtype
+        lines.append(f"\nDense float32 1024x1024 matmul in the same run: "
+                     f"{result['matmul_flops_per_sec'] / 1e9:.1f} GFLOP/s.")
     if overrides := result.get("overrides"):  # absent from the JSON of runs before --overrides
         lines.append("Every config with " + ", ".join(f"`{field}={value}`" for field, value in overrides.items())
                      + ".")

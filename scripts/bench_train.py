@@ -7,8 +7,10 @@
 
 Each config's jitted train step is compiled once, then timed in rounds that alternate between the
 configs, so that noise from a shared machine falls on all of them alike; a config's time is its median
-round. FLOPs per step come from XLA's cost analysis of the compiled step; the dense-matmul FLOP/s it is
-compared with is measured in the same run. Writes JSON and a markdown table under --out.
+round. FLOPs per step come from XLA's cost analysis of the compiled step; "of matmul" compares them with the
+fastest dense square matmul (benchmarks/roofline.py's sizes: 512 and 1024 on a CPU, 4096 and 8192 on an
+accelerator) in the config's compute dtype, measured in each round of the same run. Writes JSON and a
+markdown table under --out.
 
 --batches says where each step's batch comes from: "fixed", four batches made before timing (the step
 alone); "host", made in the loop before each step (the training loop before batches were prefetched);

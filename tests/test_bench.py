@@ -214,3 +214,17 @@ def test_bench_train_overrides_set_fields_after_the_presets_and_refuse_what_is_n
         train.load_config("configs/mlm.py:tiny", {"dataset.seq_len": "long"})
     with pytest.raises(SystemExit, match="'seq_len' is not field=value"):
         train.parse_overrides("seq_len")
+
+
+def test_bench_train_compares_each_config_with_a_matmul_in_its_dtype_and_reads_old_results():
+    from benchmarks import train
+
+    row = {"config": "configs/mlm.py", "batches": "fixed", "ms_per_step": 2.0, "tokens_per_sec": 1e6,
+           "flops_per_step": 4e9, "flops_per_sec": 2e12, "fraction_of_matmul": 0.25}
+    now = {"configs": [row], "matmul_flops_per_sec_by_dtype": {"bfloat16": 8e12}, "matmul_sizes": [4096, 8192]}
+    assert train.table(now).splitlines()[2:] == [
+        "| `configs/mlm.py` | fixed | 2.0 | 1.00 | 1,000,000 | 4.00 | 2000.0 | 25% |", "",
+        "Of matmul: against the fastest dense matmul of 4096x4096 and 8192x8192 in the config's compute dtype, "
+        "in the same run: bfloat16 8,000.0 GFLOP/s."]
+    before = {"configs": [row], "matmul_flops_per_sec": 8e9}  # the committed reports' JSON
+    assert train.table(before).splitlines()[-1] == "Dense float32 1024x1024 matmul in the same run: 8.0 GFLOP/s."
