@@ -22,6 +22,7 @@ from tasks import mlm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MLM = "reports/mlm/standard"
+RANK_OR_SHAPE = "reports/mlm/rank_or_shape"
 ANCHORS = "reports/recall/anchors"
 RECALL_QUICK, RECALL_KINDS = "reports/recall", "reports/recall/kinds"
 ZOOLOGY_EPOCHS = 64  # Figure 2's schedule (configs/recall.py's anchor notes): 64 epochs of the training set
@@ -189,6 +190,35 @@ class Reading:
 README, RESULTS = "README.md", "docs/results.md"
 
 
+def rank_or_shape_contrast(words: str) -> tuple[float, float, float]:
+    """The rank-or-shape study's contrast whose question starts with `words`, as its report's table computes
+    it: the mean and its 95% interval's ends, in points."""
+    (contrast,) = [contrast for contrast in catalog.get_study("mlm", "rank_or_shape").contrasts
+                   if contrast.question.startswith(words)]
+    results = _results(RANK_OR_SHAPE)
+    values = [report._term_values(term, "masked_accuracy", results) for term in contrast.terms]
+    mean, half_width, _ = stats.paired_combination(list(zip(contrast.terms.values(), values)))
+    return 100 * mean, 100 * (mean - half_width), 100 * (mean + half_width)
+
+
+def below(contrast: tuple[float, float, float]) -> tuple[float, float, float]:
+    """A negative contrast as a distance below: (-mean, -high, -low)."""
+    mean, low, high = contrast
+    return -mean, -high, -low
+
+
+def rank_or_shape_accuracy(run: str) -> tuple[float, float]:
+    return tuple(100 * value for value in stats.mean_std([result["metrics"]["masked_accuracy"]
+                                                          for result in _results(RANK_OR_SHAPE)[run]]))
+
+
+def rank_or_shape_validation_gap(run: str, step: int) -> float:
+    """The run's lead over its softmax reference on validation at `step`, in points (the gap-over-steps table's,
+    negated: a trailing run has a positive gap)."""
+    (mean,) = [mean for at, mean, _ in mlm_report.gaps_over_steps(_results(RANK_OR_SHAPE))["all"][run] if at == step]
+    return -100 * mean
+
+
 def _gap_and_bound(run: str) -> tuple:
     return (*gap(run), bound(run))
 
@@ -281,6 +311,17 @@ READINGS = [
             ("d", "d", "d", *(".1f",) * 9, "d", ".1f", ".1f", ".1f", ".0f", ".0f")),
     Reading(RESULTS, "did worse for softmax (18.5% validation against {}% at 1e-2) and for elu + 1 (17.2% against {}%)",
             lambda: (picked_validation("softmax"), picked_validation("linear"))),
+    # the rank-or-shape study, part by part
+    Reading(RESULTS, "softmax reaches {} ± {}% test masked accuracy and elu + 1 {} ± {}%, {} points below (95% CI {} "
+            "to {})", lambda: (*rank_or_shape_accuracy("softmax"), *rank_or_shape_accuracy("linear"),
+                               *below(rank_or_shape_contrast("linear's gap to softmax at L = 128"))),
+            (".2f", ".2f", ".2f", ".2f", ".1f", ".1f", ".1f")),
+    Reading(RESULTS, "elu + 1 trailed softmax on validation by {} points at step 500 and by {} at step 2,000, a change "
+            "of {} points (95% CI {} to {}; positive would be a shrink), so with 3 seeds a shrink of more than {} "
+            "points is ruled out",
+            lambda: (rank_or_shape_validation_gap("linear", 500), rank_or_shape_validation_gap("linear", 2000),
+                     *rank_or_shape_contrast("learning speed"), rank_or_shape_contrast("learning speed")[2]),
+            (".1f", ".1f", "+.1f", "+.1f", "+.1f", ".1f")),
     # the full MLM preset, where it is described
     Reading(RESULTS, "{} steps of {} (about {} passes over the scientific corpus's {} training sequences of {})",
             full_preset_passes, (",d", "d", ".0f", ",d", "d")),
@@ -319,6 +360,7 @@ def _seeds_above_every_predictor(run: str) -> int:
 
 
 CLAIMS = [  # (doc, words, whether the results bear them out)
+    (RESULTS, "points is ruled out, and none is seen", lambda: rank_or_shape_contrast("learning speed")[0] <= 0),
     (README, "above every predictor without attention in every seed",
      lambda: _seeds_above_every_predictor("softmax") == len(_mlm("softmax"))),
     (README, "Every kernelised kind trails it, by an interval that excludes 0",
