@@ -248,6 +248,14 @@ def _picked(task: str, preset: str, study: Study, runs: list[Run], runs_dir: str
             for run in runs if run.name in picks], picks
 
 
+def _report(task: str, preset: str, command: str, workdirs: dict[str, list[str]], picks: dict[str, dict],
+            out_dir: str, study: Study, runs_dir: str) -> None:
+    """Records the runs of `workdirs` that finished with what earlier parts recorded, and reports them all."""
+    if records := recorded_runs(workdirs, picks, out_dir, study, task, preset):
+        _attention_figure(task, preset, records, runs_dir, out_dir)
+        _write_report(task, preset, command, records, out_dir)
+
+
 def run_study(task: str, preset: str, options, extra: list[str], command: str) -> None:
     """Trains the study (task, preset) as the study flags in `options` say (define_study_flags of
     scripts/command_line.py), each run with the arguments `extra`, then reports it, with what earlier parts
@@ -267,13 +275,14 @@ def run_study(task: str, preset: str, options, extra: list[str], command: str) -
         chosen, picks = (_picked(task, preset, study, runs, runs_dir, extra, options.jobs) if study.pick
                          else (runs, {}))
         workdirs = {run.name: [run_workdir(runs_dir, task, preset, run, seed) for seed in seeds] for run in chosen}
-        failed = run_jobs(_jobs(study, chosen, seeds, workdirs, study_name(task, preset), extra), options.jobs)
-        records = recorded_runs(workdirs, picks, out_dir, study, task, preset)
+        try:
+            failed = run_jobs(_jobs(study, chosen, seeds, workdirs, study_name(task, preset), extra), options.jobs)
+        except SystemExit:  # stopped (SIGTERM, SIGINT: a time limit, say): the runs that finished are reported
+            _report(task, preset, command, workdirs, picks, out_dir, study, runs_dir)
+            raise
+        _report(task, preset, command, workdirs, picks, out_dir, study, runs_dir)
     except WorkdirError as error:
         raise StudyError(str(error)) from None
     failed += [f"{run.name} (every candidate of the pick)" for run in runs if study.pick and run.name not in picks]
-    if records:
-        _attention_figure(task, preset, records, runs_dir, out_dir)
-        _write_report(task, preset, command, records, out_dir)
     if failed:
         raise StudyError(f"failed runs: {', '.join(failed)}; see the lines above and their train.log", status=1)

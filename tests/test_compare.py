@@ -486,6 +486,29 @@ def _main(tmp_path, *args):
                   "--jobs=2", *args])
 
 
+def test_a_study_stopped_while_its_seeds_train_reports_the_runs_that_finished(tmp_path, monkeypatch):
+    """A time limit's SIGTERM ends run_jobs with SystemExit (studies/children.py): the runs that finished
+    before it are recorded and reported, then the study stops with the signal's status."""
+    fake = FakeTrain()
+
+    def stopped_after_softmax(jobs_to_run, workers):
+        for label, command, workdir in jobs_to_run:
+            if label.startswith("softmax "):
+                os.makedirs(workdir, exist_ok=True)
+                fake(command, workdir, None)
+        raise SystemExit(128 + 15)
+
+    monkeypatch.setattr(runner, "run_jobs", stopped_after_softmax)
+    with pytest.raises(SystemExit) as stopped:
+        _main(tmp_path, "--only=softmax,linear", "--seeds=1")
+    assert stopped.value.code == 143
+    with open(tmp_path / "reports" / "mlm" / "report.md") as f:
+        text = f.read()
+    assert "| softmax | softmax |" in text and "| linear |" not in text
+    with open(tmp_path / "reports" / "mlm" / runner.RUNS_JSON) as f:
+        assert list(json.load(f)) == ["softmax"]
+
+
 def test_a_report_goes_under_runs_unless_published_to_the_committed_tree(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(jobs, "train", FakeTrain())
     monkeypatch.chdir(tmp_path)
