@@ -98,6 +98,7 @@ class Step:
     section: Callable[[Probe, dict], list[str]] | None = None  # its lines in summary.md, from what it found
     reports: tuple[tuple[str, str], ...] = ()  # (a glob under the work folder, its name in OUT)
     env: tuple[tuple[str, str], ...] = ()
+    grace_s: float = KILL_AFTER_S  # from SIGTERM at its cap to SIGKILL: the more it takes off the cap
 
 
 # --- the steps' commands and what each found ---------------------------------------------------------------
@@ -226,7 +227,7 @@ def run_step(probe: Probe, step: Step) -> dict:
     what it found."""
     record = {"name": step.name, "status": None, "seconds": 0.0, "cap_s": None, "command": None, "result": None}
     left = probe.deadline - time.monotonic()
-    cap_s = left if step.cap_s is None else min(step.cap_s, left)
+    cap_s = (left if step.cap_s is None else min(step.cap_s, left)) - (step.grace_s - KILL_AFTER_S)
     try:
         if probe.options.steps and step.name not in probe.options.steps.split(","):
             raise Skipped("not in --steps")
@@ -239,7 +240,7 @@ def run_step(probe: Probe, step: Step) -> dict:
         return {**record, "status": f"failed: {why}"}
     started = time.monotonic()
     with open(probe.path(f"{step.name}.log"), "w") as log:
-        exit_code = subprocess.run(["timeout", f"--kill-after={KILL_AFTER_S}", f"{cap_s:.0f}", *argv], stdout=log,
+        exit_code = subprocess.run(["timeout", f"--kill-after={step.grace_s:.0f}", f"{cap_s:.0f}", *argv], stdout=log,
                                    stderr=subprocess.STDOUT, env={**probe.env, **dict(step.env)},
                                    cwd=REPOSITORY).returncode
     record.update(status=_status(exit_code, cap_s), seconds=round(time.monotonic() - started, 1),
@@ -456,5 +457,6 @@ STEPS = (
          _training_section, (("mlm_train/train.md", "mlm_train.md"),)),
     # The hook of a later study on a lent machine: PROBE_STUDY=[task:]preset trains it in the time left; its
     # report folder (report.md, results.json, runs.json, plots) comes back as one file.
-    Step("study", None, _study, lambda probe: None, reports=(("study/**/report.md", "study.tgz"),)),
+    # Stopped at its cap, it checkpoints its runs and reports those that finished (studies/runner.py): 45 s.
+    Step("study", None, _study, lambda probe: None, reports=(("study/**/report.md", "study.tgz"),), grace_s=45),
 )

@@ -3,6 +3,7 @@ step at toy sizes on the CPU, records a status for every step and leaves OUT wit
 back (at most 8 files, none deeper than 2 folders, results.json readable); a step is stopped at its cap, a
 failing one keeps its exit status, one the budget cannot fit is skipped; the tests' outcomes are read from a
 log cut short; the MFU's peak is the device kind's."""
+import dataclasses
 import json
 import os
 import pathlib
@@ -75,6 +76,19 @@ def test_a_step_is_stopped_at_its_cap_and_a_failing_one_keeps_its_exit_status(tm
     assert record["status"] == "timed out at its cap of 1 s" and time.monotonic() - started < 10
     record = probe.run_step(_probe(tmp_path), _step("failing", 30, [sys.executable, "-c", "print('said'); exit(3)"]))
     assert record["status"] == "failed (exit 3)" and (tmp_path / "failing.log").read_text() == "said\n"
+
+
+def test_a_step_with_a_longer_grace_gets_a_shorter_cap_and_its_sigterm_first(tmp_path, monkeypatch):
+    """The study step's grace (time to checkpoint and report after SIGTERM) comes off its cap, so that the step
+    still ends within the budget; `timeout` gives it that grace before SIGKILL."""
+    calls = []
+    monkeypatch.setattr(probe.subprocess, "run", lambda argv, **kwargs: calls.append(argv) or
+                        types.SimpleNamespace(returncode=0))
+    step = dataclasses.replace(_step("study", None, ["true"]), grace_s=45)
+    record = probe.run_step(_probe(tmp_path, budget_s=100.0), step)
+    assert calls[0][:2] == ["timeout", "--kill-after=45"] and 64 <= float(calls[0][2]) <= 65
+    assert record["cap_s"] in (64, 65)
+    assert {s.name: s.grace_s for s in probe.STEPS}["study"] == 45
 
 
 def test_a_step_the_budget_cannot_fit_or_not_in_steps_is_skipped(tmp_path):
