@@ -154,13 +154,15 @@ def _bench(script: str, arguments: str, folder: str, workdir: bool = False):
 
 def _study(probe: Probe, cap_s: float) -> list[str]:
     """The study --study ([task:]preset, the task mlm where unnamed): its runs --study_runs (all where empty),
-    --study_seeds seeds each, in --study_dtype (the config's own where empty)."""
+    --study_seeds seeds each, in --study_dtype (the config's own where empty), --study_jobs at once (compare's
+    default, one per GPU, where 0)."""
     if not probe.options.study:
         raise Skipped("PROBE_STUDY is empty")
     task, _, preset = probe.options.study.rpartition(":")
     runs = [f"--only={probe.options.study_runs}"] if probe.options.study_runs else []
     dtype = [f"--config.compute_dtype={probe.options.study_dtype}"] if probe.options.study_dtype else []
-    return _module("scripts.compare", f"--task={task or 'mlm'}", f"--preset={preset}", *runs,
+    jobs = [f"--jobs={probe.options.study_jobs}"] if probe.options.study_jobs else []
+    return _module("scripts.compare", f"--task={task or 'mlm'}", f"--preset={preset}", *runs, *jobs,
                    f"--seeds={probe.options.study_seeds}", f"--runs_dir={probe.path('study', 'runs')}",
                    f"--reports_dir={probe.path('study')}", "--", "--config.wandb.mode=disabled", *dtype)
 

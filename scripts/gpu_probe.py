@@ -22,6 +22,7 @@ under 15 s is skipped; benchmarks/probe.py):
                 runs --study_runs, --study_seeds seeds each: by default MLM rank_or_shape's arms at L = 512, 2
                 seeds, in bfloat16 (PROBE_STUDY= , empty, skips it); its report folder comes back as study.tgz.
                 Zoology's Figure 2 cells: --study=recall:zoology --study_runs= --study_seeds=1 --study_dtype=
+                --study_jobs=4 (small models: four share the GPU)
 After every step --out holds summary.md, results.json (every step's status, seconds and findings), logs.txt
 (each step's log, cut to its head and tail) and the benchmarks' reports: at most 8 files, none in a folder,
 as a lent machine gives them back. WANDB_MODE=disabled throughout. Exit status 1 if a step failed or timed out.
@@ -57,6 +58,8 @@ flags.DEFINE_string("study_runs", "softmax_L512,linear_L512", "the study's runs 
 flags.DEFINE_integer("study_seeds", 2, "seeds of each run", flag_values=FLAGS)
 flags.DEFINE_string("study_dtype", "bfloat16", "the study's config.compute_dtype (empty: the config's own)",
                     flag_values=FLAGS)
+flags.DEFINE_integer("study_jobs", 0, "the study's training processes at once, sharing the GPU (0: one per GPU)",
+                     lower_bound=0, flag_values=FLAGS)
 flags.DEFINE_enum("check", None, ("versions", "pallas"), "run this check in this process instead of the probe",
                   flag_values=FLAGS)
 flags.DEFINE_string("json", "", "--check: where its JSON goes", flag_values=FLAGS)

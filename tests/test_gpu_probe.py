@@ -137,7 +137,8 @@ def test_the_study_step_trains_the_rank_or_shape_arms_at_512_in_bfloat16_by_defa
     gpu_probe.FLAGS(["gpu_probe"])
     # The study's own default is $PROBE_STUDY's, else rank_or_shape: named here, whatever this shell sets.
     defaults = types.SimpleNamespace(study="rank_or_shape", study_runs=gpu_probe.FLAGS.study_runs,
-                                     study_seeds=gpu_probe.FLAGS.study_seeds, study_dtype=gpu_probe.FLAGS.study_dtype)
+                                     study_seeds=gpu_probe.FLAGS.study_seeds, study_dtype=gpu_probe.FLAGS.study_dtype,
+                                     study_jobs=gpu_probe.FLAGS.study_jobs)
     command = probe._study(types.SimpleNamespace(options=defaults, path=lambda *parts: str(tmp_path.joinpath(*parts))), 60)
     study_dirs = [f"--runs_dir={tmp_path / 'study' / 'runs'}", f"--reports_dir={tmp_path / 'study'}", "--",
                   "--config.wandb.mode=disabled"]
@@ -147,10 +148,10 @@ def test_the_study_step_trains_the_rank_or_shape_arms_at_512_in_bfloat16_by_defa
     from configs import mlm
     assert {"softmax_L512", "linear_L512"} <= {run.name for run in mlm.STUDIES["rank_or_shape"]().runs}
     # Zoology's cells, as the docstring gives them: every run, one seed, the config's float32.
-    zoology = types.SimpleNamespace(study="recall:zoology", study_runs="", study_seeds=1, study_dtype="")
+    zoology = types.SimpleNamespace(study="recall:zoology", study_runs="", study_seeds=1, study_dtype="", study_jobs=4)
     command = probe._study(types.SimpleNamespace(options=zoology, path=lambda *parts: str(tmp_path.joinpath(*parts))), 60)
     assert command[command.index("-m") + 1:] == [
-        "scripts.compare", "--task=recall", "--preset=zoology", "--seeds=1", *study_dirs]
+        "scripts.compare", "--task=recall", "--preset=zoology", "--jobs=4", "--seeds=1", *study_dirs]
 
 
 def test_the_study_report_folder_comes_back_as_one_file(tmp_path):
