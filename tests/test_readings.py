@@ -23,6 +23,7 @@ from tasks import mlm
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MLM = "reports/mlm/standard"
 RANK_OR_SHAPE = "reports/mlm/rank_or_shape"
+RECALL_STATE = "reports/recall/state"
 ANCHORS = "reports/recall/anchors"
 RECALL_QUICK, RECALL_KINDS = "reports/recall", "reports/recall/kinds"
 ZOOLOGY_EPOCHS = 64  # Figure 2's schedule (configs/recall.py's anchor notes): 64 epochs of the training set
@@ -219,6 +220,18 @@ def rank_or_shape_validation_gap(run: str, step: int) -> float:
     return -100 * mean
 
 
+def seed_accuracies(report_dir: str, run: str) -> list[float]:
+    return [100 * result["metrics"]["query_accuracy"] for result in _results(report_dir)[run]]
+
+
+def at_chance(report_dir: str, run: str) -> int:
+    """The run's seeds under 1% query accuracy: chance is 1 in 128 values (V = 256)."""
+    return sum(accuracy < 1.0 for accuracy in seed_accuracies(report_dir, run))
+
+
+GATED_DELTA = ("gated_delta_d4_N16", "gated_delta_d16_N16")
+
+
 def _gap_and_bound(run: str) -> tuple:
     return (*gap(run), bound(run))
 
@@ -322,6 +335,23 @@ READINGS = [
             lambda: (rank_or_shape_validation_gap("linear", 500), rank_or_shape_validation_gap("linear", 2000),
                      *rank_or_shape_contrast("learning speed"), rank_or_shape_contrast("learning speed")[2]),
             (".1f", ".1f", "+.1f", "+.1f", "+.1f", ".1f")),
+    # the recall state study, part 1
+    Reading(RESULTS, "DeltaNet answers {}% at d' = 16, where elu + 1 keeping the same {} numbers answers {}%",
+            lambda: (query_accuracy(RECALL_STATE, "delta_d16_N16"),
+                     _one(recall_report._state(_results(RECALL_STATE)[run])["per_head"]
+                          for run in ("delta_d16_N16", "linear_d16_N16")),
+                     query_accuracy(RECALL_STATE, "linear_d16_N16")), (".2f", ",d", ".2f")),
+    Reading(RESULTS, "and {}% at d' = 64 (elu + 1 {}%); at d' = 4 ({} numbers) {}% against {}%",
+            lambda: (query_accuracy(RECALL_STATE, "delta_d64_N16"), query_accuracy(RECALL_STATE, "linear_d64_N16"),
+                     recall_report._state(_results(RECALL_STATE)["delta_d4_N16"])["per_head"],
+                     query_accuracy(RECALL_STATE, "delta_d4_N16"), query_accuracy(RECALL_STATE, "linear_d4_N16")),
+            (".2f", ".2f", "d", ".2f", ".2f")),
+    Reading(RESULTS, "stayed at chance (under 1%) in {} of its {} seeds (d' = 4: {}% over 3 seeds; d' = 16: one seed at "
+            "{}%, two at chance)",
+            lambda: (sum(at_chance(RECALL_STATE, run) for run in GATED_DELTA),
+                     sum(len(_results(RECALL_STATE)[run]) for run in GATED_DELTA),
+                     query_accuracy(RECALL_STATE, "gated_delta_d4_N16"),
+                     max(seed_accuracies(RECALL_STATE, "gated_delta_d16_N16"))), ("d", "d", ".2f", ".2f")),
     # the full MLM preset, where it is described
     Reading(RESULTS, "{} steps of {} (about {} passes over the scientific corpus's {} training sequences of {})",
             full_preset_passes, (",d", "d", ".0f", ",d", "d")),
@@ -360,6 +390,9 @@ def _seeds_above_every_predictor(run: str) -> int:
 
 
 CLAIMS = [  # (doc, words, whether the results bear them out)
+    (RESULTS, "Its prediction holds for DeltaNet", lambda: query_accuracy(RECALL_STATE, "delta_d16_N16") >= 90),
+    (RESULTS, "two at chance), so its prediction is not met at this budget",
+     lambda: at_chance(RECALL_STATE, "gated_delta_d16_N16") == 2 and query_accuracy(RECALL_STATE, "gated_delta_d16_N16") < 90),
     (RESULTS, "points is ruled out, and none is seen", lambda: rank_or_shape_contrast("learning speed")[0] <= 0),
     (README, "above every predictor without attention in every seed",
      lambda: _seeds_above_every_predictor("softmax") == len(_mlm("softmax"))),
