@@ -336,6 +336,9 @@ READINGS = [
                      *rank_or_shape_contrast("learning speed"), rank_or_shape_contrast("learning speed")[2]),
             (".1f", ".1f", "+.1f", "+.1f", "+.1f", ".1f")),
     # the recall state study, part 1
+    Reading(README, "DeltaNet {}% at d' = 16 where elu + 1 with the same state reaches {}%",
+            lambda: (query_accuracy(RECALL_STATE, "delta_d16_N16"), query_accuracy(RECALL_STATE, "linear_d16_N16")),
+            ".1f"),
     Reading(RESULTS, "DeltaNet answers {}% at d' = 16, where elu + 1 keeping the same {} numbers answers {}%",
             lambda: (query_accuracy(RECALL_STATE, "delta_d16_N16"),
                      _one(recall_report._state(_results(RECALL_STATE)[run])["per_head"]
