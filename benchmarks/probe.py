@@ -153,16 +153,18 @@ def _bench(script: str, arguments: str, folder: str, workdir: bool = False):
 
 
 def _study(probe: Probe, cap_s: float) -> list[str]:
-    """The study --study ([task:]preset, the task mlm where unnamed): its runs --study_runs (all where empty),
+    """The study --study (task:preset): its runs --study_runs (all where empty),
     --study_seeds seeds each, in --study_dtype (the config's own where empty), --study_jobs at once (compare's
     default, one per GPU, where 0)."""
     if not probe.options.study:
         raise Skipped("PROBE_STUDY is empty")
     task, _, preset = probe.options.study.rpartition(":")
+    if not task:
+        raise Refused(f"--study={probe.options.study}: name the task too, task:preset")
     runs = [f"--only={probe.options.study_runs}"] if probe.options.study_runs else []
     dtype = [f"--config.compute_dtype={probe.options.study_dtype}"] if probe.options.study_dtype else []
     jobs = [f"--jobs={probe.options.study_jobs}"] if probe.options.study_jobs else []
-    return _module("scripts.compare", f"--task={task or 'mlm'}", f"--preset={preset}", *runs, *jobs,
+    return _module("scripts.compare", f"--task={task}", f"--preset={preset}", *runs, *jobs,
                    f"--seeds={probe.options.study_seeds}", f"--runs_dir={probe.path('study', 'runs')}",
                    f"--reports_dir={probe.path('study')}", "--", "--config.wandb.mode=disabled", *dtype)
 
@@ -457,7 +459,7 @@ STEPS = (
          (("attention/attention.md", "attention.md"), ("attention/attention.png", "attention.png"))),
     Step("mlm_train", 80, _bench("scripts.bench_train", "train", "mlm_train", workdir=True), _training_speed,
          _training_section, (("mlm_train/train.md", "mlm_train.md"),)),
-    # The hook of a later study on a lent machine: PROBE_STUDY=[task:]preset trains it in the time left; its
+    # The hook of a later study on a lent machine: PROBE_STUDY=task:preset trains it in the time left; its
     # report folder (report.md, results.json, runs.json, plots) comes back as one file.
     # Stopped at its cap, it checkpoints its runs and reports those that finished (studies/runner.py): 45 s.
     Step("study", None, _study, lambda probe: None, reports=(("study/**/report.md", "study.tgz"),), grace_s=45),

@@ -2,7 +2,7 @@
 
   scripts/gpu_probe.sh --out=$OUT                       # on the machine, `wheelhouse` carried (make wheelhouse)
   scripts/gpu_probe.sh --smoke --out=/tmp/probe --wheelhouse=none      # toy sizes, on a CPU, about a minute
-  PROBE_STUDY=full scripts/gpu_probe.sh --steps=install,versions,study --budget_s=540 --out=$OUT
+  PROBE_STUDY=mlm:full scripts/gpu_probe.sh --steps=install,versions,study --budget_s=540 --out=$OUT
   python -m scripts.gpu_probe --check=pallas --json=/tmp/pallas.json  # one check a step runs, in this process
 
 The steps, in priority order, each one process capped by `timeout` within --budget_s (a step the budget leaves
@@ -18,7 +18,7 @@ under 15 s is skipped; benchmarks/probe.py):
   attention     python -m scripts.bench_attention: softmax in cuDNN's flash kernel against linear attention,
                 bfloat16, B*H = 128, L = 2K..32K: where linear starts to win
   mlm_train     python -m scripts.bench_train: configs/mlm.py at L = 512 in bfloat16, steps/s, tokens/s, MFU
-  study         in the time left, `python -m scripts.compare` on --study ([task:]preset) in --study_dtype, the
+  study         in the time left, `python -m scripts.compare` on --study (task:preset) in --study_dtype, the
                 runs --study_runs, --study_seeds seeds each: by default MLM rank_or_shape's arms at L = 512, 2
                 seeds, in bfloat16 (PROBE_STUDY= , empty, skips it); its report folder comes back as study.tgz.
                 Zoology's Figure 2 cells: --study=recall:zoology --study_runs= --study_seeds=1 --study_dtype=
@@ -50,9 +50,9 @@ flags.DEFINE_string("work", "", "the steps' own outputs and logs (default: a new
 flags.DEFINE_float("budget_s", None, "seconds for all the steps (default 450; smoke 240)", flag_values=FLAGS)
 flags.DEFINE_string("steps", "", f"comma-separated subset of {', '.join(step.name for step in probe.STEPS)}; "
                     "the others are recorded as skipped", flag_values=FLAGS)
-flags.DEFINE_string("study", os.environ.get("PROBE_STUDY", "rank_or_shape"), "the study the step `study` runs, "
-                    "[task:]preset, the task mlm where unnamed (default $PROBE_STUDY, else rank_or_shape; empty: "
-                    "skipped)", flag_values=FLAGS)
+flags.DEFINE_string("study", os.environ.get("PROBE_STUDY", "mlm:rank_or_shape"), "the study the step `study` "
+                    "runs, task:preset (default $PROBE_STUDY, else mlm:rank_or_shape; empty: skipped)",
+                    flag_values=FLAGS)
 flags.DEFINE_string("study_runs", "softmax_L512,linear_L512", "the study's runs it trains (empty: all)",
                     flag_values=FLAGS)
 flags.DEFINE_integer("study_seeds", 2, "seeds of each run", flag_values=FLAGS)

@@ -135,8 +135,8 @@ def test_the_study_step_trains_the_rank_or_shape_arms_at_512_in_bfloat16_by_defa
 
     gpu_probe.FLAGS.unparse_flags()
     gpu_probe.FLAGS(["gpu_probe"])
-    # The study's own default is $PROBE_STUDY's, else rank_or_shape: named here, whatever this shell sets.
-    defaults = types.SimpleNamespace(study="rank_or_shape", study_runs=gpu_probe.FLAGS.study_runs,
+    # The study's own default is $PROBE_STUDY's, else mlm:rank_or_shape: named here, whatever this shell sets.
+    defaults = types.SimpleNamespace(study="mlm:rank_or_shape", study_runs=gpu_probe.FLAGS.study_runs,
                                      study_seeds=gpu_probe.FLAGS.study_seeds, study_dtype=gpu_probe.FLAGS.study_dtype,
                                      study_jobs=gpu_probe.FLAGS.study_jobs)
     command = probe._study(types.SimpleNamespace(options=defaults, path=lambda *parts: str(tmp_path.joinpath(*parts))), 60)
@@ -152,6 +152,9 @@ def test_the_study_step_trains_the_rank_or_shape_arms_at_512_in_bfloat16_by_defa
     command = probe._study(types.SimpleNamespace(options=zoology, path=lambda *parts: str(tmp_path.joinpath(*parts))), 60)
     assert command[command.index("-m") + 1:] == [
         "scripts.compare", "--task=recall", "--preset=zoology", "--jobs=4", "--seeds=1", *study_dirs]
+    bare = types.SimpleNamespace(**{**vars(zoology), "study": "rank_or_shape"})
+    with pytest.raises(probe.Refused, match="--study=rank_or_shape: name the task too, task:preset"):
+        probe._study(types.SimpleNamespace(options=bare, path=str), 60)
 
 
 def test_the_study_report_folder_comes_back_as_one_file(tmp_path):
