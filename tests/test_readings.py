@@ -213,6 +213,14 @@ def rank_or_shape_accuracy(run: str) -> tuple[float, float]:
                                                           for result in _results(RANK_OR_SHAPE)[run]]))
 
 
+def rank_or_shape_layers_mean(run: str, field: str) -> float:
+    """The rank table's mean over layers, heads and seeds of a rank field or a shape metric."""
+    evals = _results(RANK_OR_SHAPE)[run]
+    if field in {metric for metric, _ in report.SHAPE_COLUMNS.values()}:
+        return report._shape_mean(report.shape_rows(evals), field)
+    return report._rank_mean(evals, field)
+
+
 def rank_or_shape_validation_gap(run: str, step: int) -> float:
     """The run's lead over its softmax reference on validation at `step`, in points (the gap-over-steps table's,
     negated: a trailing run has a positive gap)."""
@@ -329,6 +337,22 @@ READINGS = [
             "to {})", lambda: (*rank_or_shape_accuracy("softmax"), *rank_or_shape_accuracy("linear"),
                                *below(rank_or_shape_contrast("linear's gap to softmax at L = 128"))),
             (".2f", ".2f", ".2f", ".2f", ".1f", ".1f", ".1f")),
+    Reading(RESULTS, "(softmax's own weights cut to their best rank-{} approximation: the numerical rank of elu + 1, "
+            "{} in both) reaches {} ± {}%: {} points below softmax (95% CI {} to {}) and {} above elu + 1 (95% CI {} "
+            "to {})",
+            lambda: (bound_of(RANK_OR_SHAPE, "softmax_rank32"),
+                     _one(round(rank_or_shape_layers_mean(run, "numerical_rank"), 2)
+                          for run in ("softmax_rank32", "linear")),
+                     *rank_or_shape_accuracy("softmax_rank32"),
+                     *below(rank_or_shape_contrast("rank: rank-32 softmax's gap")),
+                     *rank_or_shape_contrast("rank-32 softmax above linear")),
+            ("d", ".2f", ".2f", ".2f", ".1f", ".1f", ".1f", ".1f", ".1f", ".1f")),
+    Reading(RESULTS, "rank-32 softmax keeps an effective rank of {} and rows whose entropy is {} of the maximum, elu + 1 "
+            "{} and {}, nearly uniform (softmax: {} and {})",
+            lambda: tuple(value for run in ("softmax_rank32", "linear", "softmax")
+                          for value in (rank_or_shape_layers_mean(run, "effective_rank"),
+                                        rank_or_shape_layers_mean(run, "entropy_fraction"))),
+            (".2f", ".3f") * 3),
     Reading(RESULTS, "elu + 1 trailed softmax on validation by {} points at step 500 and by {} at step 2,000, a change "
             "of {} points (95% CI {} to {}; positive would be a shrink), so with 3 seeds a shrink of more than {} "
             "points is ruled out",
@@ -392,7 +416,14 @@ def _seeds_above_every_predictor(run: str) -> int:
     return sum(result["metrics"]["masked_accuracy"] > max(result["baselines"].values()) for result in _mlm(run))
 
 
+def bound_of(report_dir: str, run: str) -> int:
+    return report.rank_bound(_results(report_dir)[run])
+
+
 CLAIMS = [  # (doc, words, whether the results bear them out)
+    (RESULTS, "each interval excludes 0, so bounding softmax's rank at 32 alone costs some points and elu + 1 loses "
+     "more at the same rank",
+     lambda: rank_or_shape_contrast("rank: rank-32 softmax's gap")[2] < 0 < rank_or_shape_contrast("rank-32 softmax above linear")[1]),
     (RESULTS, "Its prediction holds for DeltaNet", lambda: query_accuracy(RECALL_STATE, "delta_d16_N16") >= 90),
     (RESULTS, "two at chance), so its prediction is not met at this budget",
      lambda: at_chance(RECALL_STATE, "gated_delta_d16_N16") == 2 and query_accuracy(RECALL_STATE, "gated_delta_d16_N16") < 90),
