@@ -405,13 +405,12 @@ def stopping_table(results: dict[str, list[dict]]) -> str:
         stop = evals[0].get("config", {}).get("eval", {})
         if not stop.get("stop_metric"):
             continue
-        reached = sum(result.get("validation", {}).get(stop["stop_metric"], -np.inf) >= stop["stop_at"]
-                      for result in evals)
-        validation = ", ".join(f"{result['validation'][stop['stop_metric']]:.4f}" if result.get("validation")
-                               else "-" for result in evals)
+        last = [result.get("validation", {}).get(stop["stop_metric"]) for result in evals]
+        reached = sum(value is not None and value >= stop["stop_at"] for value in last)
         lines.append(f"| {name} | {stop['stop_metric']} >= {stop['stop_at']:g} | "
                      f"{', '.join(f'{result['step']:,}' for result in evals)} | "
-                     f"{', '.join(_epochs(result) for result in evals)} | {validation} | {reached}/{len(evals)} |")
+                     f"{', '.join(_epochs(result) for result in evals)} | "
+                     f"{', '.join(dash_if_none(value, '.4f') for value in last)} | {reached}/{len(evals)} |")
     return "\n".join(lines) if len(lines) > 2 else ""
 
 
