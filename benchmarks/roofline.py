@@ -54,11 +54,16 @@ def _sizes(table: dict):
     return table["cpu" if jax.default_backend() == "cpu" else "accelerator"]
 
 
+def matmul_sizes() -> tuple[int, ...]:
+    """The square matmuls this backend's rate is the fastest of (MATMUL_SIZES)."""
+    return _sizes(MATMUL_SIZES)
+
+
 def matmul_rate(dtype: str = "float32", repeats: int = 5) -> float:
-    """FLOP/s of the fastest square matmul of MATMUL_SIZES in `dtype` now (the fastest of `repeats` timings)."""
+    """FLOP/s of the fastest square matmul of matmul_sizes() in `dtype` now (the fastest of `repeats` timings)."""
     matmul = jax.jit(jnp.matmul)
     return max(2 * size**3 / fastest_seconds(matmul, (jnp.ones((size, size), dtype),) * 2, repeats)
-               for size in _sizes(MATMUL_SIZES))
+               for size in matmul_sizes())
 
 
 def machine_rates(dtype: str = "float32", repeats: int = 5) -> dict:

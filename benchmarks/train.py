@@ -136,7 +136,7 @@ def measure(specs: list[str], sources: list[str], rounds: int, steps_per_round: 
                          "fraction_of_matmul": None if achieved is None else achieved / matmul[bench.compute_dtype],
                          "ms_per_step_rounds": [1e3 * t for t in times[bench.spec, source]]})
     return {"machine": machine(matmul_precision=False), "matmul_flops_per_sec_by_dtype": matmul,
-            "matmul_sizes": list(roofline.MATMUL_SIZES["cpu" if jax.default_backend() == "cpu" else "accelerator"]),
+            "matmul_sizes": list(roofline.matmul_sizes()),
             "rounds": rounds,
             "steps_per_round": steps_per_round, "overrides": overrides or {}, "configs": rows}
 
