@@ -8,7 +8,8 @@ A save that fails (a full disk, a file-size limit, a read-only or too long path)
 at the next save or at close(), as one CheckpointError (DiskError for the disk), after the writer is closed
 in order. What Orbax's threads print about it meanwhile (their log records, asyncio's unretrieved futures,
 TensorStore callbacks into the event loop Orbax already closed) repeats that error in tracebacks, and is
-left out (_quiet_orbax_threads).
+left out (_quiet_orbax_threads); so are the warnings, at exit, of the write coroutines the failed save
+abandoned (_quiet_abandoned_writes).
 """
 import contextlib
 import errno
@@ -17,6 +18,7 @@ import logging
 import os
 import sys
 import time
+import warnings
 
 import jax
 import orbax.checkpoint as ocp
@@ -69,6 +71,12 @@ def _quiet_orbax_threads() -> None:
 
     unraisable.quiets_orbax = True
     sys.unraisablehook = unraisable
+
+
+def _quiet_abandoned_writes() -> None:
+    """After a failed save, Orbax's coroutines still queued for its closed event loop are never awaited; Python
+    warns of each when it collects them (at exit, as `sys:1`). The lab itself runs no coroutines."""
+    warnings.filterwarnings("ignore", message=r"coroutine '.*' was never awaited", category=RuntimeWarning)
 
 
 def write_error(path: str, error: BaseException) -> CheckpointError | atomic.DiskError:
@@ -172,6 +180,7 @@ class Checkpoints:
 
     def _fail(self, error: Exception, step: int):
         self._close_quietly()
+        _quiet_abandoned_writes()
         raise write_error(os.path.join(self.directory, str(step)), error) from error
 
     def close(self) -> None:

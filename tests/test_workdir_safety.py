@@ -7,6 +7,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -292,6 +293,26 @@ def test_a_checkpoint_the_disk_refuses_ends_in_one_line_and_keeps_the_ones_befor
     assert "step 9/9" in process.stdout  # training reached its end; only the save failed
     assert {step: _tree_bytes(os.path.join(checkpoints, step)) for step in ("3", "6")} == before
     assert sorted(name for name in os.listdir(checkpoints) if name.isdigit()) == ["3", "6"]
+
+
+def test_after_a_failed_save_the_write_coroutines_it_abandoned_are_not_warned_of_at_exit(tmp_path):
+    """Those warnings come at interpreter exit as `sys:1: RuntimeWarning: coroutine ... was never awaited`,
+    after the one-line error; before any failure they are shown as Python shows them."""
+    async def write_fragment():
+        pass
+
+    def abandoned_warnings() -> list[str]:
+        with warnings.catch_warnings(record=True) as shown:
+            write_fragment()  # noqa: RUF006 - abandoned on purpose: collected at once, unawaited
+            return [str(warning.message) for warning in shown]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        assert len(abandoned_warnings()) == 1 and "was never awaited" in abandoned_warnings()[0]
+        checkpoints = Checkpoints(str(tmp_path / "checkpoints"))
+        with pytest.raises(CheckpointError, match="checkpoints/9: the checkpoint could not be written"):
+            checkpoints._fail(KeyError("shape"), 9)
+        assert abandoned_warnings() == []
 
 
 def test_checkpoint_write_errors_name_the_step_and_the_fix(tmp_path):
