@@ -117,14 +117,17 @@ class GatedDeltaAttention(DeltaAttention):
         S_t = g_t S_{t-1} (I - beta_t k_t k_t^T) + beta_t v_t k_t^T,    o_t = S_t q_t,
 
     g_t = sigmoid(k_t . w_h + b_h) read from the key as gated_linear's gate (attention/key_gates.py), w = 0 and
-    b = 3 at the start (g = 0.95); a padded key's gate is 1. In the chunked form the decay enters the WY system
+    b = `decay_bias` (3) at the start (g = 0.95); a padded key's gate is 1. In the chunked form the decay enters the WY system
     and the carried state through the chunk's cumulative log gates (attention/delta_sums.py). Bidirectionally,
     as `delta`, with key s > t reaching query t decayed by the gates of t+1..s, as gated_linear's backward scan.
     Everything else is `delta`'s: no denominator, no rank bound, the same decoding and state."""
 
-    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, **base_options):
+    OWN_OPTIONS = (*DeltaAttention.OWN_OPTIONS, key_gates.DECAY_BIAS)
+
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs,
+                 decay_bias: float = key_gates.DECAY_BIAS.default, **base_options):
         super().__init__(num_heads=num_heads, head_dim=head_dim, rngs=rngs, **base_options)
-        self.gate_weight, self.gate_bias = key_gates.parameters(num_heads, head_dim, key_gates.DECAY_BIAS)
+        self.gate_weight, self.gate_bias = key_gates.parameters(num_heads, head_dim, decay_bias)
 
     def _log_gate(self, k, key_mask):
         return key_gates.log_gate(k, self.gate_weight, self.gate_bias, key_mask)

@@ -39,7 +39,7 @@ class GatedLinearAttention(KernelizedAttention):
 
     g_t = sigmoid(k_t . w_h + b_h) in (0, 1), read from the key (attention/key_gates.py says why): w [H, d] and
     b [H], or per feature w [H, m, d] and b [H, m] (GLA's own map is of low rank; this one is full). w = 0 and
-    b = 3 start every gate at sigmoid(3) = 0.95, near `linear`'s no decay. A padded key adds no term and decays
+    b = `decay_bias` (3) start every gate at sigmoid(3) = 0.95, near `linear`'s no decay. A padded key adds no term and decays
     nothing (its gate is 1), so padding is as if it were absent.
 
     Bidirectionally (encoder roles, cross-attention) a forward and a backward scan are added, numerators and
@@ -58,15 +58,16 @@ class GatedLinearAttention(KernelizedAttention):
     OWN_OPTIONS = (option_specs.Option(
         "gate", "scalar", "`scalar`: one decay per position and head (RetNet, Mamba2); `per_feature`: one per key "
         "feature (GLA), from a d x d map of the key per head", choices=("scalar", "per_feature")),
-        ONE_PATH_IMPLEMENTATION)  # one path (see above)
+        key_gates.DECAY_BIAS, ONE_PATH_IMPLEMENTATION)  # one path (see above)
     feature_dim_bounds_rank = False  # the decay matrix lifts it (see above)
 
-    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, gate: str = "scalar", **base_options):
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, gate: str = "scalar",
+                 decay_bias: float = key_gates.DECAY_BIAS.default, **base_options):
         super().__init__(**base_options)
         self.feature_dim = head_dim
         self.gate = gate
         self.gate_weight, self.gate_bias = key_gates.parameters(
-            num_heads, head_dim, key_gates.DECAY_BIAS, self.feature_dim if gate == "per_feature" else None)
+            num_heads, head_dim, decay_bias, self.feature_dim if gate == "per_feature" else None)
 
     def features(self, x):
         return feature_maps.elu_plus_one(x)

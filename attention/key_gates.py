@@ -11,10 +11,14 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention import feature_maps
+from attention import feature_maps, option_specs
 
-# A decay's b at the start: sigmoid(3) = 0.95, near no decay (gated_linear's `linear`, gated_delta's `delta`).
-DECAY_BIAS = 3.0
+# A decay's b at the start, sigmoid(b) every gate's value whatever the key: 3 gives 0.95, near no decay (gated_linear's
+# `linear`, gated_delta's `delta`); 0.95 a position keeps 0.95^64 = 4% of a key 64 positions back.
+DECAY_BIAS = option_specs.Option(
+    "decay_bias", 3.0, "b of the decay sigmoid(k . w + b) at the start (w = 0): every gate starts at sigmoid(b), "
+    "0.95 at 3, 0.993 at 5", rule=option_specs.positive("sigmoid(b) <= 0.5 would halve the state at every position"))
+
 
 def parameters(num_heads: int, head_dim: int, bias: float, features: int | None = None):
     """(w [H, d] at 0, b [H] at `bias`), or with `features` = m one scalar per feature, (w [H, m, d], b [H, m]):

@@ -11,7 +11,7 @@ import pytest
 from flax import nnx
 
 import attention
-from attention import MultiHeadAttention
+from attention import MultiHeadAttention, key_gates
 from kind_harness import module_arrays
 from reference_delta import EPS, gated_inputs, recurrence
 
@@ -216,3 +216,17 @@ def test_its_feature_dim_bounds_no_rank(kind):
     singular = np.linalg.svd(weights, compute_uv=False)
     assert (singular > 1e-4 * singular[0]).sum() > D
     assert MultiHeadAttention(kind, d_model=H * D, num_heads=H, rngs=nnx.Rngs(0)).rank_bound is None
+
+
+@pytest.mark.parametrize("kind, options", [("gated_delta", {}), ("gated_linear", {"gate": "scalar"}),
+                                           ("gated_linear", {"gate": "per_feature"})])
+def test_decay_bias_starts_every_gate_at_its_sigmoid_whatever_the_key(kind, options):
+    """The gate-initialisation ablation's option: w = 0 and b = decay_bias, so log g = log sigmoid(b) at any key;
+    b <= 0 is refused (a state halved or worse at every position)."""
+    module = attention.create(kind, num_heads=H, head_dim=D, rngs=nnx.Rngs(0), decay_bias=5.0, **options)
+    np.testing.assert_array_equal(module.gate_bias[...], 5.0)
+    k = jax.random.normal(jax.random.key(3), (B, L, H, D))
+    log_gate = key_gates.log_gate(k, module.gate_weight, module.gate_bias, None)
+    np.testing.assert_allclose(log_gate, np.log(1 / (1 + np.exp(-5.0))), rtol=1e-6)
+    with pytest.raises(ValueError, match=r"^decay_bias=0\.0 must be a number > 0; sigmoid\(b\) <= 0\.5 would halve"):
+        attention.create(kind, num_heads=H, head_dim=D, rngs=nnx.Rngs(0), decay_bias=0.0, **options)
