@@ -121,14 +121,21 @@ def _accuracy(evals: list[dict], metric: str, scale: float = 100.0, digits: int 
     return _mean_std([result["metrics"][metric] for result in evals], scale, digits)
 
 
+# The first word of a doc's label for a kind -> the kind, where the docs name it as its paper does.
+_LABEL_KINDS = {"elu": "linear", "deltanet": "delta", "gated": "gated_delta", "gla": "gated_linear"}
+
+
 def _recall_run(results: dict, row: Row, pairs: int = 16) -> str | None:
-    """The recall run of a doc row at N = `pairs`: its kind (the first word of the kind or attention cell;
-    "elu" is linear) and d' (its own column, "d' = 16" in the label, else the head's 64); None if not run."""
+    """The recall run of a doc row at N = `pairs`: its kind (the first word of the kind or attention cell,
+    _LABEL_KINDS), d' (its own column, "d' = 16" in the label, else the head's 64) and, where the label says
+    "window 16", the window; None if not run."""
     label = row.get("kind", row.get("attention", ""))
-    kind = {"elu": "linear"}.get(label.split()[0].lower(), label.split()[0].lower())
+    kind = _LABEL_KINDS.get(label.split()[0].lower(), label.split()[0].lower())
     width = row.get("d'") or (re.search(r"d' = (\d+)", label) or [None, "64"])[1]
+    window = re.search(r"window (\d+)", label)
     runs = [name for name, evals in results.items()
-            if re.fullmatch(rf"{kind}(_d\d+)?(_[mw]\d+)?_N{pairs}", name)
+            if re.fullmatch(rf"{kind}(_d\d+)?(_[mw]\d+)?(_per_feature)?_N{pairs}", name)
+            and (window is None or f"_w{window[1]}_" in name)
             and str(recall_report._state(evals)["key_dim"]) == width]
     assert len(runs) <= 1, f"{label}: several runs {runs}"
     return runs[0] if runs else None
