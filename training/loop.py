@@ -381,7 +381,7 @@ def evaluate(config, workdir: str) -> dict:
     if not os.path.exists(directory):  # checked first: eval.py leaves a workdir without checkpoints as it is
         raise workdirs.WorkdirError(f"{directory}: no checkpoint; train first")
     with locks.held(workdir, "eval.py"):
-        return _evaluate_latest(config, workdir, directory)
+        return _evaluate_latest(config, workdir)
 
 
 def _evaluation_dir(workdir: str, step: int) -> str:
@@ -402,8 +402,10 @@ def _evaluation_dir(workdir: str, step: int) -> str:
     return directory
 
 
-def _evaluate_latest(config, workdir: str, directory: str) -> dict:
-    task = tasks.get(config.task)
+def restore_latest_model(task, config, workdir: str):
+    """(step, model, data): the model of `config` with the parameters of the latest checkpoint of `workdir` that
+    restores (past a damaged latest one, as training does), and the task's data."""
+    directory = os.path.join(workdir, workdirs.CHECKPOINTS_DIR)
     with Checkpoints(directory) as checkpoints:
         if checkpoints.latest_step() is None:
             raise workdirs.WorkdirError(f"{directory}: no checkpoint; train first")
@@ -411,8 +413,14 @@ def _evaluate_latest(config, workdir: str, directory: str) -> dict:
         model = task.create_model(config, data)
         _, state = init_state(model, create_optimizer(config))  # the layout training checkpointed
         state, _ = sharding.put_state(state, sharding.data_mesh(), config.sharding.params)
-        step, state, _ = checkpoints.restore_latest(state)  # past a damaged latest one, as training does
+        step, state, _ = checkpoints.restore_latest(state)
     nnx.update(model, state["params"], state["rest"])
+    return step, model, data
+
+
+def _evaluate_latest(config, workdir: str) -> dict:
+    task = tasks.get(config.task)
+    step, model, data = restore_latest_model(task, config, workdir)
     try:
         return evaluation.evaluate_and_write(task, config, _evaluation_dir(workdir, step), model, data, step)
     except KeyboardInterrupt:
