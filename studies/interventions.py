@@ -19,7 +19,7 @@ from attention import MultiHeadAttention
 from configs import workdir as workdir_config
 from runtime import atomic, workdirs as workdir_files
 from studies import runner
-from training import evaluation, loop, model_config
+from training import evaluation, loop, model_config, validate
 
 TRAINED_KIND = "softmax"
 
@@ -80,6 +80,7 @@ def evaluate(workdir: str, intervention: Intervention, out_dir: str) -> dict:
     to `out_dir` and returned, with the intervention under "intervention"."""
     trained = workdir_config.load_config(workdir)
     config = intervened_config(trained, intervention)
+    validate.validate(config)  # a rank cut in a causal role is refused here, in one line
     task = tasks.get(config.task)
     step, model, data = loop.restore_latest_model(task, config, workdir)
     if intervention.temperature is not None:
