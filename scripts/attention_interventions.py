@@ -12,6 +12,7 @@ import sys
 
 from absl import flags
 
+from configs import grids
 from scripts import command_line
 from studies import interventions
 
@@ -23,7 +24,20 @@ flattened, its rank left free). If what softmax learned relies on rank above 32,
 of linear attention's 13.7-point gap while its rows stay near softmax's entropy; if it relies on sharp rows, the
 temperature that brings its rows to linear's entropy (0.95 of the maximum) costs more than the rank-32 cut. Either
 reading is of reliance: a model trained under the constraint adapts to it (softmax_rank32 trained at rank 32 lost
-5.2 points), so these losses bound nothing about what such a model reaches."""
+5.2 points), so these losses bound nothing about what such a model reaches.
+The contrasts under "Predictions against results" were chosen after the evaluations had run (the temperature that
+brings the rows to linear's entropy, and the pair of interventions of equal row entropy, read off the rank
+table); the predictions above were not."""
+
+CONTRASTS = (
+    grids.Contrast("cut to rank 32", {"rank32": 1.0, "none": -1.0}),
+    grids.Contrast("flattened by T = 4 (rows at linear attention's entropy, rank left free)",
+                   {"temperature4": 1.0, "none": -1.0}),
+    grids.Contrast("flattened by T = 4 minus cut to rank 32 (negative: flat rows cost more)",
+                   {"temperature4": 1.0, "rank32": -1.0}),
+    grids.Contrast("at equal row entropy (0.80 of the maximum): cut to rank 8 minus flattened by T = 2 (negative: "
+                   "the rank cut costs more)", {"rank8": 1.0, "temperature2": -1.0}),
+)
 
 FLAGS = flags.FlagValues()
 flags.DEFINE_string("runs", "runs/compare/mlm/rank_or_shape/softmax",
@@ -49,7 +63,7 @@ def main(argv=None) -> str:
     except ValueError as error:
         command_line.fail(f"--interventions: {error}")
     command = ("python -m scripts.attention_interventions " + " ".join(argv)).strip()
-    path = interventions.run(workdirs, chosen, args.evals, args.out, command, NOTES)
+    path = interventions.run(workdirs, chosen, args.evals, args.out, command, NOTES, CONTRASTS)
     print(f"report: {path}", flush=True)
     return path
 

@@ -93,10 +93,11 @@ def evaluate(workdir: str, intervention: Intervention, out_dir: str) -> dict:
 
 
 def run(workdirs: list[str], interventions: list[Intervention], evals_dir: str, out_dir: str, command: str,
-        notes: str) -> str:
+        notes: str, contrasts: tuple = ()) -> str:
     """Every workdir (a seed) under every intervention, each evaluation in evals_dir/<intervention>/seed<k> (kept:
-    a rerun evaluates only what is missing); then report.md, results.json and the plots in `out_dir`, as a study's.
-    Returns the report's path."""
+    a rerun evaluates only what is missing); then report.md, results.json and the plots in `out_dir`, as a study's,
+    with `contrasts` (grids.Contrast over the interventions' names) as its predictions' numbers. Returns the
+    report's path."""
     results, spectra = {}, {}
     for intervention in interventions:
         for seed, workdir in enumerate(workdirs):
@@ -111,4 +112,4 @@ def run(workdirs: list[str], interventions: list[Intervention], evals_dir: str, 
                 spectra[intervention.name] = workdir_files.read_json(spectra_path)
     task = tasks.get(results[interventions[0].name][0]["task"])
     return report.write_report(task, "interventions", command, results, spectra, out_dir, runner.head_dim(results),
-                               notes=notes)
+                               notes=notes, contrasts=contrasts)

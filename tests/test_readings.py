@@ -17,12 +17,14 @@ import pytest
 
 from analysis import mlm_report, recall_report, report, stats
 from benchmarks.train import load_config
+from scripts import attention_interventions
 from studies import catalog, runner
 from tasks import mlm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MLM = "reports/mlm/standard"
 RANK_OR_SHAPE = "reports/mlm/rank_or_shape"
+INTERVENTIONS = "reports/mlm/rank_or_shape/interventions"
 RECALL_STATE = "reports/recall/state"
 ANCHORS = "reports/recall/anchors"
 RECALL_QUICK, RECALL_KINDS = "reports/recall", "reports/recall/kinds"
@@ -191,12 +193,14 @@ class Reading:
 README, RESULTS = "README.md", "docs/results.md"
 
 
-def rank_or_shape_contrast(words: str) -> tuple[float, float, float]:
-    """The rank-or-shape study's contrast whose question starts with `words`, as its report's table computes
-    it: the mean and its 95% interval's ends, in points."""
-    (contrast,) = [contrast for contrast in catalog.get_study("mlm", "rank_or_shape").contrasts
-                   if contrast.question.startswith(words)]
-    results = _results(RANK_OR_SHAPE)
+def rank_or_shape_contrast(words: str, report_dir: str = RANK_OR_SHAPE) -> tuple[float, float, float]:
+    """The contrast whose question starts with `words`, of the rank-or-shape study (of its interventions, for
+    report_dir=INTERVENTIONS), as its report's table computes it: the mean and its 95% interval's ends, in
+    points."""
+    contrasts = (attention_interventions.CONTRASTS if report_dir == INTERVENTIONS
+                 else catalog.get_study("mlm", "rank_or_shape").contrasts)
+    (contrast,) = [contrast for contrast in contrasts if contrast.question.startswith(words)]
+    results = _results(report_dir)
     values = [report._term_values(term, "masked_accuracy", results) for term in contrast.terms]
     mean, half_width, _ = stats.paired_combination(list(zip(contrast.terms.values(), values)))
     return 100 * mean, 100 * (mean - half_width), 100 * (mean + half_width)
@@ -208,14 +212,14 @@ def below(contrast: tuple[float, float, float]) -> tuple[float, float, float]:
     return -mean, -high, -low
 
 
-def rank_or_shape_accuracy(run: str) -> tuple[float, float]:
+def rank_or_shape_accuracy(run: str, report_dir: str = RANK_OR_SHAPE) -> tuple[float, float]:
     return tuple(100 * value for value in stats.mean_std([result["metrics"]["masked_accuracy"]
-                                                          for result in _results(RANK_OR_SHAPE)[run]]))
+                                                          for result in _results(report_dir)[run]]))
 
 
-def rank_or_shape_layers_mean(run: str, field: str) -> float:
+def rank_or_shape_layers_mean(run: str, field: str, report_dir: str = RANK_OR_SHAPE) -> float:
     """The rank table's mean over layers, heads and seeds of a rank field or a shape metric."""
-    evals = _results(RANK_OR_SHAPE)[run]
+    evals = _results(report_dir)[run]
     if field in {metric for metric, _ in report.SHAPE_COLUMNS.values()}:
         return report._shape_mean(report.shape_rows(evals), field)
     return report._rank_mean(evals, field)
@@ -359,6 +363,34 @@ READINGS = [
             lambda: (rank_or_shape_validation_gap("linear", 500), rank_or_shape_validation_gap("linear", 2000),
                      *rank_or_shape_contrast("learning speed"), rank_or_shape_contrast("learning speed")[2]),
             (".1f", ".1f", "+.1f", "+.1f", "+.1f", ".1f")),
+    # the interventions on the trained softmax
+    Reading(RESULTS, "Cut to rank {}, softmax falls from {}% to {} ± {}% ({} points, 95% CI {} to {}), its rows' "
+            "entropy rising from {} to {} of the maximum",
+            lambda: (bound_of(INTERVENTIONS, "rank32"), rank_or_shape_accuracy("none", INTERVENTIONS)[0],
+                     *rank_or_shape_accuracy("rank32", INTERVENTIONS),
+                     *rank_or_shape_contrast("cut to rank 32", INTERVENTIONS),
+                     *(rank_or_shape_layers_mean(run, "entropy_fraction", INTERVENTIONS) for run in ("none", "rank32"))),
+            ("d", ".2f", ".2f", ".2f", "+.1f", "+.1f", "+.1f", ".3f", ".3f")),
+    Reading(RESULTS, "Flattened by T = {} to rows of linear attention's entropy ({} of the maximum; elu + 1 trained to "
+            "{}), its numerical rank left at {}, it falls to {} ± {}% ({} points, {} to {}): {} points below the "
+            "rank-32 cut (95% CI {} to {})",
+            lambda: (4, rank_or_shape_layers_mean("temperature4", "entropy_fraction", INTERVENTIONS),
+                     rank_or_shape_layers_mean("linear", "entropy_fraction"),
+                     rank_or_shape_layers_mean("temperature4", "numerical_rank", INTERVENTIONS),
+                     *rank_or_shape_accuracy("temperature4", INTERVENTIONS),
+                     *rank_or_shape_contrast("flattened by T = 4 (", INTERVENTIONS),
+                     *below(rank_or_shape_contrast("flattened by T = 4 minus", INTERVENTIONS))),
+            ("d", ".3f", ".3f", ".2f", ".2f", ".2f", "+.1f", "+.1f", "+.1f", ".1f", ".1f", ".1f")),
+    Reading(RESULTS, "At nearly equal row entropy ({} and {} of the maximum), cutting to rank {} costs {} points more "
+            "than flattening by T = {} (95% CI {} to {})",
+            lambda: (*(rank_or_shape_layers_mean(run, "entropy_fraction", INTERVENTIONS)
+                       for run in ("rank8", "temperature2")), bound_of(INTERVENTIONS, "rank8"),
+                     below(rank_or_shape_contrast("at equal row entropy", INTERVENTIONS))[0], 2,
+                     *below(rank_or_shape_contrast("at equal row entropy", INTERVENTIONS))[1:]),
+            (".3f", ".3f", "d", ".1f", "d", ".1f", ".1f")),
+    Reading(RESULTS, "softmax trained at rank 32 lost {} points, where the cut costs {}",
+            lambda: (below(rank_or_shape_contrast("rank: rank-32 softmax's gap"))[0],
+                     below(rank_or_shape_contrast("cut to rank 32", INTERVENTIONS))[0]), (".1f", ".1f")),
     # the recall state study, part 1
     Reading(README, "DeltaNet {}% at d' = 16 where elu + 1 with the same state reaches {}%",
             lambda: (query_accuracy(RECALL_STATE, "delta_d16_N16"), query_accuracy(RECALL_STATE, "linear_d16_N16")),
@@ -424,6 +456,10 @@ CLAIMS = [  # (doc, words, whether the results bear them out)
     (RESULTS, "each interval excludes 0, so bounding softmax's rank at 32 alone costs some points and elu + 1 loses "
      "more at the same rank",
      lambda: rank_or_shape_contrast("rank: rank-32 softmax's gap")[2] < 0 < rank_or_shape_contrast("rank-32 softmax above linear")[1]),
+    (RESULTS, "What softmax learned relies on both its rank and its sharp rows, and flattening to linear attention's "
+     "entropy costs it more than the rank-32 cut",
+     lambda: all(rank_or_shape_contrast(words, INTERVENTIONS)[2] < 0
+                 for words in ("cut to rank 32", "flattened by T = 4 minus", "at equal row entropy"))),
     (RESULTS, "Its prediction holds for DeltaNet", lambda: query_accuracy(RECALL_STATE, "delta_d16_N16") >= 90),
     (RESULTS, "two at chance), so its prediction is not met at this budget",
      lambda: at_chance(RECALL_STATE, "gated_delta_d16_N16") == 2 and query_accuracy(RECALL_STATE, "gated_delta_d16_N16") < 90),
