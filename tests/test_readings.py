@@ -391,6 +391,9 @@ READINGS = [
     Reading(RESULTS, "softmax trained at rank 32 lost {} points, where the cut costs {}",
             lambda: (below(rank_or_shape_contrast("rank: rank-32 softmax's gap"))[0],
                      below(rank_or_shape_contrast("cut to rank 32", INTERVENTIONS))[0]), (".1f", ".1f")),
+    Reading(README, "where flattening its rows to linear attention's entropy costs {} points and the rank-32 cut {}",
+            lambda: (below(rank_or_shape_contrast("flattened by T = 4 (", INTERVENTIONS))[0],
+                     below(rank_or_shape_contrast("cut to rank 32", INTERVENTIONS))[0])),
     # the recall state study, part 1
     Reading(README, "DeltaNet {}% at d' = 16 where elu + 1 with the same state reaches {}%",
             lambda: (query_accuracy(RECALL_STATE, "delta_d16_N16"), query_accuracy(RECALL_STATE, "linear_d16_N16")),
