@@ -26,7 +26,7 @@ TRAINED_KIND = "softmax"
 
 @dataclasses.dataclass(frozen=True)
 class Intervention:
-    """`none`, `rank=<m>` or `temperature=<T>`: one change to every self-attention of the model."""
+    """`none`, `rank=<m>` or `temperature=<T>`: one change to every attention of the model."""
     rank: int | None = None
     temperature: float | None = None
 
