@@ -63,7 +63,8 @@ def main(argv=None) -> str:
     except ValueError as error:
         command_line.fail(f"--interventions: {error}")
     command = ("python -m scripts.attention_interventions " + " ".join(argv)).strip()
-    path = interventions.run(workdirs, chosen, args.evals, args.out, command, NOTES, CONTRASTS)
+    with command_line.one_line_errors():
+        path = interventions.run(workdirs, chosen, args.evals, args.out, command, NOTES, CONTRASTS)
     print(f"report: {path}", flush=True)
     return path
 

@@ -18,7 +18,7 @@ from analysis import report
 from attention import MultiHeadAttention
 from configs import workdir as workdir_config
 from runtime import atomic, workdirs as workdir_files
-from studies import runner
+from studies import StudyError, runner
 from training import evaluation, loop, model_config, validate
 
 TRAINED_KIND = "softmax"
@@ -97,7 +97,7 @@ def run(workdirs: list[str], interventions: list[Intervention], evals_dir: str, 
     """Every workdir (a seed) under every intervention, each evaluation in evals_dir/<intervention>/seed<k> (kept:
     a rerun evaluates only what is missing); then report.md, results.json and the plots in `out_dir`, as a study's,
     with `contrasts` (grids.Contrast over the interventions' names) as its predictions' numbers. Returns the
-    report's path."""
+    report's path; StudyError naming a workdir that cannot be evaluated so (another kind, no checkpoint)."""
     results, spectra = {}, {}
     for intervention in interventions:
         for seed, workdir in enumerate(workdirs):
@@ -106,7 +106,10 @@ def run(workdirs: list[str], interventions: list[Intervention], evals_dir: str, 
                 result = workdir_files.read_json(path)
             else:
                 print(f"{intervention.name} seed{seed}: evaluating {workdir}", flush=True)
-                result = evaluate(workdir, intervention, seed_dir)
+                try:
+                    result = evaluate(workdir, intervention, seed_dir)
+                except ValueError as error:  # ConfigError and WorkdirError are ValueErrors
+                    raise StudyError(f"{workdir}: {error}") from None
             results.setdefault(intervention.name, []).append(result)
             if seed == 0 and os.path.exists(spectra_path := os.path.join(seed_dir, evaluation.SPECTRA_FILE)):
                 spectra[intervention.name] = workdir_files.read_json(spectra_path)

@@ -13,7 +13,7 @@ from flax import nnx
 
 from attention import MultiHeadAttention
 from configs import mlm as mlm_config
-from studies import interventions
+from studies import StudyError, interventions
 from studies.interventions import Intervention
 from tasks import mlm
 from training import evaluation, validate
@@ -90,3 +90,10 @@ def test_the_script_refuses_a_folder_without_seeds_and_a_bad_intervention(tmp_pa
         with pytest.raises(SystemExit) as exit_info:
             attention_interventions.main(flags)
         assert exit_info.value.code == 2 and capsys.readouterr().err.startswith(f"error: {message}")
+
+
+def test_a_run_that_cannot_be_cut_is_one_error_naming_its_workdir(tiny_run, tmp_path):
+    """The translation model's decoder is causal: a rank cut there is refused, naming the workdir."""
+    _, workdir = tiny_run
+    with pytest.raises(StudyError, match=f"^{workdir}: config.attention.name='softmax_rank'"):
+        interventions.run([workdir], [Intervention(rank=4)], str(tmp_path / "evals"), str(tmp_path / "out"), "", "")
