@@ -241,7 +241,8 @@ def at_chance(report_dir: str, run: str) -> int:
     return sum(accuracy < 1.0 for accuracy in seed_accuracies(report_dir, run))
 
 
-GATED_DELTA = ("gated_delta_d4_N16", "gated_delta_d16_N16")
+GATED_DELTA = ("gated_delta_d4_N16", "gated_delta_d16_N16")  # part 1's
+ALL_GATED_DELTA = (*GATED_DELTA, "gated_delta_d64_N16")
 
 
 def _gap_and_bound(run: str) -> tuple:
@@ -414,6 +415,17 @@ READINGS = [
                      sum(len(_results(RECALL_STATE)[run]) for run in GATED_DELTA),
                      query_accuracy(RECALL_STATE, "gated_delta_d4_N16"),
                      max(seed_accuracies(RECALL_STATE, "gated_delta_d16_N16"))), ("d", "d", ".2f", ".2f")),
+    # README's main result, the recall state study
+    Reading(README, "DeltaNet answers {}% with {} numbers per head, where elu + 1 with the same state answers {}%",
+            lambda: (query_accuracy(RECALL_STATE, "delta_d16_N16"),
+                     _one(recall_report._state(_results(RECALL_STATE)[run])["per_head"]
+                          for run in ("delta_d16_N16", "linear_d16_N16")),
+                     query_accuracy(RECALL_STATE, "linear_d16_N16")), (".2f", ",d", ".2f")),
+    Reading(README, "recalled in {} of its {} seeds ({}% and {}%) and stayed under {}% in the other {}",
+            lambda: (len(recalled := [value for run in ALL_GATED_DELTA for value in seed_accuracies(RECALL_STATE, run)
+                                      if value >= 90]),
+                     len(every := [value for run in ALL_GATED_DELTA for value in seed_accuracies(RECALL_STATE, run)]),
+                     *sorted(recalled), 10, sum(value < 10 for value in every)), ("d", "d", ".2f", ".2f", "d", "d")),
     # the full MLM preset, where it is described
     Reading(RESULTS, "{} steps of {} (about {} passes over the scientific corpus's {} training sequences of {})",
             full_preset_passes, (",d", "d", ".0f", ",d", "d")),
@@ -463,6 +475,12 @@ CLAIMS = [  # (doc, words, whether the results bear them out)
      "entropy costs it more than the rank-32 cut",
      lambda: all(rank_or_shape_contrast(words, INTERVENTIONS)[2] < 0
                  for words in ("cut to rank 32", "flattened by T = 4 minus", "at equal row entropy"))),
+    (README, "Based's hybrid (Taylor beside a softmax window, averaged in one layer) stays under 9%",
+     lambda: max(value for run in ("based_d4_w4_N16", "based_d4_w16_N16")
+                 for value in seed_accuracies(RECALL_STATE, run)) < 9),
+    (README, "GLA stays below elu + 1 at every state",
+     lambda: all(query_accuracy(RECALL_STATE, f"gated_linear_d{width}_per_feature_N16")
+                 < query_accuracy(RECALL_STATE, f"linear_d{width}_N16") for width in (4, 16, 64))),
     (RESULTS, "Its prediction holds for DeltaNet", lambda: query_accuracy(RECALL_STATE, "delta_d16_N16") >= 90),
     (RESULTS, "two at chance), so its prediction is not met at this budget",
      lambda: at_chance(RECALL_STATE, "gated_delta_d16_N16") == 2 and query_accuracy(RECALL_STATE, "gated_delta_d16_N16") < 90),

@@ -130,7 +130,8 @@ def _recall_run(results: dict, row: Row, pairs: int = 16) -> str | None:
     _LABEL_KINDS), d' (its own column, "d' = 16" in the label, else the head's 64) and, where the label says
     "window 16", the window; None if not run."""
     label = row.get("kind", row.get("attention", ""))
-    kind = _LABEL_KINDS.get(label.split()[0].lower(), label.split()[0].lower())
+    first_word = label.split()[0].lower().rstrip(",")
+    kind = _LABEL_KINDS.get(first_word, first_word)
     width = row.get("d'") or (re.search(r"d' = (\d+)", label) or [None, "64"])[1]
     window = re.search(r"window (\d+)", label)
     runs = [name for name, evals in results.items()
@@ -249,7 +250,7 @@ _PREDICTORS = ("predictor", "all positions", "recall slice", "rest")
 _BY_LAYER = ("run", "kind", "layer", "numerical rank", "effective rank", "stable rank")
 QUOTES = [
     Quote("README.md", ("attention", "feature dim m", "state per head", "query accuracy (test, mean ± std)"),
-          "## The main result", "reports/recall", recall_headline),
+          "## The main result", "reports/recall/state", recall_headline),
     Quote("docs/results.md", _RUN_ACCURACY, "reports/translation/default/report.md", "reports/translation/default",
           copied()),
     Quote("docs/results.md", ("run", "role", "kind", "seq len", "numerical rank", "effective rank", "stable rank",
