@@ -364,6 +364,16 @@ READINGS = [
             lambda: (rank_or_shape_validation_gap("linear", 500), rank_or_shape_validation_gap("linear", 2000),
                      *rank_or_shape_contrast("learning speed"), rank_or_shape_contrast("learning speed")[2]),
             (".1f", ".1f", "+.1f", "+.1f", "+.1f", ".1f")),
+    Reading(RESULTS, "its feature map (m = {}, twice elu + 1's), fitted jointly with the task to the softmax of its own "
+            "queries and keys, reaches {} ± {}%, a difference to elu + 1 of {} points (95% CI {} to {}) and {} points "
+            "below softmax (95% CI {} to {}). Its rows stayed nearly as flat as elu + 1's ({} of the maximum entropy, "
+            "effective rank {})",
+            lambda: (bound_of(RANK_OR_SHAPE, "hedgehog_distilled"), *rank_or_shape_accuracy("hedgehog_distilled"),
+                     *rank_or_shape_contrast("shape: distilled Hedgehog above linear"),
+                     *below(rank_or_shape_contrast("distilled Hedgehog's gap")),
+                     rank_or_shape_layers_mean("hedgehog_distilled", "entropy_fraction"),
+                     rank_or_shape_layers_mean("hedgehog_distilled", "effective_rank")),
+            ("d", ".2f", ".2f", "+.1f", "+.1f", "+.1f", ".1f", ".1f", ".1f", ".3f", ".2f")),
     # the interventions on the trained softmax
     Reading(RESULTS, "Cut to rank {}, softmax falls from {}% to {} ± {}% ({} points, 95% CI {} to {}), its rows' "
             "entropy rising from {} to {} of the maximum",
@@ -415,6 +425,27 @@ READINGS = [
                      sum(len(_results(RECALL_STATE)[run]) for run in GATED_DELTA),
                      query_accuracy(RECALL_STATE, "gated_delta_d4_N16"),
                      max(seed_accuracies(RECALL_STATE, "gated_delta_d16_N16"))), ("d", "d", ".2f", ".2f")),
+    # the recall state study, part 2
+    Reading(RESULTS, "Gated DeltaNet at d' = 64 recalled in one seed ({}%) and stayed under 10% in two ({} ± {} over 3)",
+            lambda: (max(seed_accuracies(RECALL_STATE, "gated_delta_d64_N16")),
+                     *stats.mean_std([result["metrics"]["query_accuracy"]
+                                      for result in _results(RECALL_STATE)["gated_delta_d64_N16"]])),
+            (".2f", ".4f", ".4f")),
+    Reading(RESULTS, "{}%, {}% and {}% at d' = 4, 16 and 64, against {}%, {}% and {}%; the prediction (within 10 "
+            "points) holds at d' = 4 only ({} points; {} and {} at d' = 16 and 64)",
+            lambda: (*(query_accuracy(RECALL_STATE, f"{kind}_d{width}{tail}_N16")
+                       for kind, tail in (("gated_linear", "_per_feature"), ("linear", "")) for width in (4, 16, 64)),
+                     *(query_accuracy(RECALL_STATE, f"gated_linear_d{width}_per_feature_N16")
+                       - query_accuracy(RECALL_STATE, f"linear_d{width}_N16") for width in (4, 16, 64))),
+            (".2f",) * 6 + (".1f",) * 3),
+    Reading(RESULTS, "Taylor reaches {}%, {}% and {}% at d' = 2, 4 and 8",
+            lambda: tuple(query_accuracy(RECALL_STATE, f"taylor_d{width}_N16") for width in (2, 4, 8)), ".2f"),
+    Reading(RESULTS, "{}% with a window of 4 and {}% with 16, against Taylor's {}% at the same d' = 4",
+            lambda: (query_accuracy(RECALL_STATE, "based_d4_w4_N16"), query_accuracy(RECALL_STATE, "based_d4_w16_N16"),
+                     query_accuracy(RECALL_STATE, "taylor_d4_N16")), ".2f"),
+    Reading(RESULTS, "No fixed state reaches softmax's 100% at d' = 4 (the best, Taylor, {}%)",
+            lambda: (max(query_accuracy(RECALL_STATE, name) for name in _results(RECALL_STATE)
+                         if "_d4_" in name or name.startswith("taylor_d4")),), ".2f"),
     # README's main result, the recall state study
     Reading(README, "DeltaNet answers {}% with {} numbers per head, where elu + 1 with the same state answers {}%",
             lambda: (query_accuracy(RECALL_STATE, "delta_d16_N16"),
