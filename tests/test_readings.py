@@ -451,14 +451,14 @@ READINGS = [
                      query_accuracy(RECALL_STATE, "taylor_d4_N16")), ".2f"),
     Reading(RESULTS, "No fixed state reaches softmax's 100% at d' = 4 (the best, Taylor, {}%)",
             lambda: (max(query_accuracy(RECALL_STATE, name) for name in _results(RECALL_STATE)
-                         if "_d4_" in name or name.startswith("taylor_d4")),), ".2f"),
+                         if "_d4_" in name),), ".2f"),
     # the gate-initialisation ablation
     Reading(RESULTS, "at d' = 16, {} ± {}% with b = 5 and {} ± {}% with b = 7, every seed above {}% (lowest {}%), "
             "against {}% with b = 3 and DeltaNet's {}%; at d' = 4 with b = 5, {} ± {}% (DeltaNet {}%; one seed at {}%)",
             lambda: (*query_accuracy_std(GATE_INIT, "gated_delta_d16_b5_N16"),
-                     *query_accuracy_std(GATE_INIT, "gated_delta_d16_b7_N16"), 98,
-                     min(value for run in ("gated_delta_d16_b5_N16", "gated_delta_d16_b7_N16")
-                         for value in seed_accuracies(GATE_INIT, run)),
+                     *query_accuracy_std(GATE_INIT, "gated_delta_d16_b7_N16"),
+                     int(lowest := min(value for run in ("gated_delta_d16_b5_N16", "gated_delta_d16_b7_N16")
+                                       for value in seed_accuracies(GATE_INIT, run))), lowest,
                      query_accuracy(RECALL_STATE, "gated_delta_d16_N16"), query_accuracy(RECALL_STATE, "delta_d16_N16"),
                      *query_accuracy_std(GATE_INIT, "gated_delta_d4_b5_N16"), query_accuracy(RECALL_STATE, "delta_d4_N16"),
                      min(seed_accuracies(GATE_INIT, "gated_delta_d4_b5_N16"))),
