@@ -1,44 +1,57 @@
 """Interventions on a trained softmax model's attention, at evaluation only: what the model loses when its own
-weights are cut to rank m (the `softmax_rank` kind over the parameters it trained) or when its rows are
-flattened (every logit divided by a temperature T, through its query projection: q -> q / T). Each seed's
-model is evaluated as its task's final evaluation does (accuracy, ranks, row shapes) under each intervention,
-and the results are reported as a study's runs are.
+weights are cut to rank m (the `softmax_rank` kind over the parameters it trained), when its rows are
+flattened (every logit divided by a temperature T, through its query projection: q -> q / T), or when its
+attention is replaced by Hedgehog's linear attention (rank <= 2 x head dim) whose feature maps alone are fitted
+to the trained softmax's own rows (the Hedgehog paper's first stage, no finetuning after). Each seed's model is
+evaluated as its task's final evaluation does (accuracy, ranks, row shapes) under each intervention, and the
+results are reported as a study's runs are.
 
-It measures how much what softmax learned relies on rank above m and on sharp rows; not what a model trained
-under either constraint reaches (the rank-or-shape study's softmax_rank32 and hedgehog_distilled arms do).
+It measures how much what softmax learned relies on rank above m and on sharp rows, and how much of it a linear
+attention taught those rows keeps; not what a model trained under either constraint reaches (the rank-or-shape
+study's softmax_rank32 and hedgehog_distilled arms do).
 """
 import dataclasses
 import json
 import os
 
+import jax
+import optax
 from flax import nnx
 
 import tasks
 from analysis import report
-from attention import MultiHeadAttention
+from attention import MultiHeadAttention, aux_losses
+from attention.kernelized_kinds import HedgehogAttention
 from configs import workdir as workdir_config
 from runtime import atomic, workdirs as workdir_files
 from studies import StudyError, runner
-from training import evaluation, loop, model_config, validate
+from training import evaluation, loop, model_config, sharding, validate
 
 TRAINED_KIND = "softmax"
+HEDGEHOG_LOGIT_SCALE = 2.0  # the paper's code, as the rank-or-shape study's hedgehog_distilled arm
+FIT_LEARNING_RATE = 1e-2  # Adam's, for the maps: the rate the Hedgehog paper distils at
+FIT_LOG_EVERY = 50  # steps between the fitting losses kept in eval.json and printed
 
 
 @dataclasses.dataclass(frozen=True)
 class Intervention:
-    """`none`, `rank=<m>` or `temperature=<T>`: one change to every attention of the model."""
+    """`none`, `rank=<m>`, `temperature=<T>` or `hedgehog=<steps>`: one change to every attention of the model."""
     rank: int | None = None
     temperature: float | None = None
+    hedgehog_steps: int | None = None  # steps fitting Hedgehog's maps to the trained rows; 0: the maps at identity
 
     @property
     def name(self) -> str:
         if self.rank is not None:
             return f"rank{self.rank}"
+        if self.hedgehog_steps is not None:
+            return f"hedgehog{self.hedgehog_steps}"
         return "none" if self.temperature is None else f"temperature{self.temperature:g}"
 
 
 def parse(spec: str) -> Intervention:
-    """`none`, `rank=32` (an integer >= 1) or `temperature=4` (a number > 0); ValueError naming the spec."""
+    """`none`, `rank=32` (an integer >= 1), `temperature=4` (a number > 0) or `hedgehog=500` (an integer >= 0);
+    ValueError naming the spec."""
     field, _, value = spec.partition("=")
     try:
         if spec == "none":
@@ -47,9 +60,12 @@ def parse(spec: str) -> Intervention:
             return Intervention(rank=int(value))
         if field == "temperature" and float(value) > 0:
             return Intervention(temperature=float(value))
+        if field == "hedgehog" and int(value) >= 0:
+            return Intervention(hedgehog_steps=int(value))
     except ValueError:
         pass
-    raise ValueError(f"intervention {spec!r}: give none, rank=<integer >= 1> or temperature=<number > 0>")
+    raise ValueError(f"intervention {spec!r}: give none, rank=<integer >= 1>, temperature=<number > 0> or "
+                     f"hedgehog=<fitting steps, an integer >= 0>")
 
 
 def intervened_config(config, intervention: Intervention):
@@ -63,6 +79,9 @@ def intervened_config(config, intervention: Intervention):
     config.eval.plots = False
     if intervention.rank is not None:
         config.attention.name, config.attention.rank = "softmax_rank", intervention.rank
+    if intervention.hedgehog_steps is not None:
+        config.attention.name, config.attention.hedgehog_logit_scale = "hedgehog", HEDGEHOG_LOGIT_SCALE
+        config.attention.distill_weight = 1.0  # the loss the maps are fitted to; added in training mode only
     return config
 
 
@@ -75,19 +94,74 @@ def flatten_rows(model, temperature: float) -> None:
             module.query.bias[...] = module.query.bias[...] / temperature
 
 
+def with_trained_parameters(task, config, data, trained) -> nnx.Module:
+    """The model of `config` holding every parameter of the `trained` model, which must have them all: Hedgehog's
+    maps, which softmax has not, stay at their initialisation (the identity). (Random state is not carried:
+    softmax's attention dropout has none in Hedgehog, and evaluation draws none.)"""
+    model = task.create_model(config, data)
+    nnx.update(model, nnx.state(trained, nnx.Param))
+    return model
+
+
+def fit_hedgehog_maps(task, config, data, model, steps: int) -> dict[str, float]:
+    """The Hedgehog paper's first stage on `model` (Hedgehog in every role): its maps alone trained, by Adam at
+    FIT_LEARNING_RATE on the task's first `steps` training batches, to the sum over attentions of each one's
+    attention-matching loss against softmax's weights on its own q and k (HedgehogAttention.distillation_loss),
+    with dropout off. Returns the loss every FIT_LOG_EVERY steps and at the last, by step."""
+    model.eval()
+    map_weights = set()
+    for path, module in nnx.iter_modules(model):
+        if isinstance(module, HedgehogAttention):
+            module.deterministic = False  # it adds its distillation loss only when not deterministic
+            map_weights.add((*path, "weight"))
+    graphdef, weights, rest = nnx.split(model, lambda path, _: tuple(path) in map_weights, ...)
+    optimizer = optax.adam(FIT_LEARNING_RATE)
+
+    @jax.jit
+    def fit_step(weights, opt_state, rest, batch):
+        def loss_of(weights):
+            fitted = nnx.merge(graphdef, weights, rest)
+            task.metric_sums(fitted, batch)  # the forward pass; the loss is what the attentions added
+            return aux_losses.pop_total(fitted)
+
+        loss, grads = jax.value_and_grad(loss_of)(weights)
+        updates, opt_state = optimizer.update(grads, opt_state, weights)
+        return optax.apply_updates(weights, updates), opt_state, loss
+
+    opt_state, losses = optimizer.init(weights), {}
+    batch_size = sharding.global_batch_size(config.per_device_batch_size)
+    for step in range(steps):
+        batch = task.train_batch(config, data, batch_size, step)
+        weights, opt_state, loss = fit_step(weights, opt_state, rest, batch)
+        if step % FIT_LOG_EVERY == 0 or step == steps - 1:
+            losses[str(step)] = float(loss)
+            print(f"  fitting Hedgehog's maps: step {step + 1}/{steps}, attention-matching loss {float(loss):.4f}",
+                  flush=True)
+    nnx.update(model, weights)
+    model.eval()
+    return losses
+
+
 def evaluate(workdir: str, intervention: Intervention, out_dir: str) -> dict:
     """The final evaluation of the run in `workdir` under `intervention`, written as eval.json (with spectra.json)
     to `out_dir` and returned, with the intervention under "intervention"."""
-    trained = workdir_config.load_config(workdir)
-    config = intervened_config(trained, intervention)
+    trained_config = workdir_config.load_config(workdir)
+    config = intervened_config(trained_config, intervention)
     validate.validate(config)  # a rank cut in a causal role is refused here, in one line
     task = tasks.get(config.task)
-    step, model, data = loop.restore_latest_model(task, config, workdir)
+    if intervention.hedgehog_steps is None:
+        step, model, data = loop.restore_latest_model(task, config, workdir)
+    else:
+        step, trained, data = loop.restore_latest_model(task, trained_config, workdir)
+        model = with_trained_parameters(task, config, data, trained)
+    fitted = {}
     if intervention.temperature is not None:
         flatten_rows(model, intervention.temperature)
+    if intervention.hedgehog_steps:
+        fitted["fit_loss"] = fit_hedgehog_maps(task, config, data, model, intervention.hedgehog_steps)
     os.makedirs(out_dir, exist_ok=True)
     result = evaluation.evaluate_and_write(task, config, out_dir, model, data, step)
-    result["intervention"] = {**dataclasses.asdict(intervention), "workdir": workdir}
+    result["intervention"] = {**dataclasses.asdict(intervention), "workdir": workdir, **fitted}
     atomic.write_text(os.path.join(out_dir, evaluation.EVAL_FILE), json.dumps(result, indent=1))
     return result
 

@@ -13,17 +13,19 @@ from flax import nnx
 
 from attention import MultiHeadAttention
 from configs import mlm as mlm_config
+import tasks
 from studies import StudyError, interventions
 from studies.interventions import Intervention
 from tasks import mlm
-from training import evaluation, validate
+from training import evaluation, loop, validate
 
 
 def test_specs_parse_to_interventions_and_a_bad_one_names_the_forms():
-    assert [interventions.parse(spec).name for spec in ("none", "rank=32", "temperature=4", "temperature=0.5")] == [
-        "none", "rank32", "temperature4", "temperature0.5"]
-    for bad in ("rank=0", "rank=x", "temperature=-1", "sharpen=2", ""):
-        with pytest.raises(ValueError, match=rf"^intervention '{bad}': give none, rank=<integer >= 1> or "):
+    specs = ("none", "rank=32", "temperature=4", "temperature=0.5", "hedgehog=0", "hedgehog=300")
+    assert [interventions.parse(spec).name for spec in specs] == [
+        "none", "rank32", "temperature4", "temperature0.5", "hedgehog0", "hedgehog300"]
+    for bad in ("rank=0", "rank=x", "temperature=-1", "sharpen=2", "", "hedgehog=-1", "hedgehog=1.5"):
+        with pytest.raises(ValueError, match=rf"^intervention '{bad}': give none, rank=<integer >= 1>, "):
             interventions.parse(bad)
 
 
@@ -35,7 +37,8 @@ def test_no_intervention_is_the_runs_own_final_evaluation(tiny_run, tmp_path):
     assert result["metrics"] == trained["metrics"] and result["step"] == trained["step"]
     assert result["rank"] == trained["rank"]
     with open(tmp_path / "none" / evaluation.EVAL_FILE) as f:
-        assert json.load(f)["intervention"] == {"rank": None, "temperature": None, "workdir": workdir}
+        assert json.load(f)["intervention"] == {"rank": None, "temperature": None, "hedgehog_steps": None,
+                                                "workdir": workdir}
 
 
 def _softmax(x):
@@ -57,8 +60,11 @@ def test_a_temperature_divides_every_logit_of_every_head():
     np.testing.assert_allclose(np.asarray(weights)[0], expected, rtol=1e-5, atol=1e-6)
 
 
+_TINY_VOCAB = types.SimpleNamespace(tokenizer=types.SimpleNamespace(vocab_size=40))  # all create_model reads of data
+
+
 def _mlm_model(config):
-    return mlm.create_model(config, types.SimpleNamespace(tokenizer=types.SimpleNamespace(vocab_size=40)))
+    return mlm.create_model(config, _TINY_VOCAB)
 
 
 def test_a_rank_cut_is_softmax_rank_over_the_parameters_softmax_trained():
@@ -97,3 +103,46 @@ def test_a_run_that_cannot_be_cut_is_one_error_naming_its_workdir(tiny_run, tmp_
     _, workdir = tiny_run
     with pytest.raises(StudyError, match=f"^{workdir}: config.attention.name='softmax_rank'"):
         interventions.run([workdir], [Intervention(rank=4)], str(tmp_path / "evals"), str(tmp_path / "out"), "", "")
+
+
+def test_the_hedgehog_swap_keeps_every_trained_parameter_and_starts_its_maps_at_the_identity():
+    config = mlm_config.get_config("tiny")
+    swapped_config = interventions.intervened_config(config, Intervention(hedgehog_steps=0))
+    assert (swapped_config.attention.name, swapped_config.attention.hedgehog_logit_scale) == ("hedgehog", 2.0)
+    trained = _mlm_model(config)
+    swapped = interventions.with_trained_parameters(mlm, swapped_config, _TINY_VOCAB, trained)
+    trained_params = nnx.to_flat_state(nnx.state(trained, nnx.Param))
+    swapped_params = dict(nnx.to_flat_state(nnx.state(swapped, nnx.Param)))
+    for path, value in trained_params:
+        np.testing.assert_array_equal(swapped_params.pop(path)[...], value[...])
+    assert swapped_params and all(path[-2:] == ("attention", "weight") for path in swapped_params)
+    head_dim = config.model.d_model // config.model.num_heads
+    for value in swapped_params.values():
+        np.testing.assert_array_equal(value[...], np.tile(np.eye(head_dim), (config.model.num_heads, 1, 1)))
+
+
+def test_fitting_trains_the_maps_alone_and_lowers_the_attention_matching_loss(tiny_run):
+    """On the tiny translation run (Hedgehog in its encoder, causal decoder and cross roles)."""
+    config, workdir = tiny_run
+    swapped_config = interventions.intervened_config(config, Intervention(hedgehog_steps=40))
+    task = tasks.get(config.task)
+    _, trained, data = loop.restore_latest_model(task, config, workdir)
+    model = interventions.with_trained_parameters(task, swapped_config, data, trained)
+    values = lambda: {path: np.array(value[...]) for path, value in nnx.to_flat_state(nnx.state(model, nnx.Param))}
+    before = values()
+    losses = interventions.fit_hedgehog_maps(task, swapped_config, data, model, 40)
+    assert list(losses) == ["0", "39"] and losses["39"] < 0.9 * losses["0"]
+    after = values()
+    moved = {path for path in before if not np.array_equal(before[path], after[path])}
+    assert moved == {path for path in before if path[-1] == "weight"} and len(moved) == 3  # one map per role
+    assert all(module.deterministic for _, module in nnx.iter_modules(model) if hasattr(module, "deterministic"))
+
+
+def test_a_hedgehog_evaluation_records_its_kinds_and_its_fitting_losses(tiny_run, tmp_path):
+    _, workdir = tiny_run
+    result = interventions.evaluate(workdir, Intervention(hedgehog_steps=2), str(tmp_path / "hedgehog2"))
+    assert set(result["attention"].values()) == {"hedgehog"}
+    assert list(result["intervention"]["fit_loss"]) == ["0", "1"] and result["intervention"]["hedgehog_steps"] == 2
+    head_dim = result["config"]["model"]["d_model"] // result["config"]["model"]["num_heads"]
+    assert {row["role"]: row["rank_bound"] for row in result["rank"]} == {  # a causal mask lifts the bound
+        "encoder_self": 2 * head_dim, "decoder_self": None, "cross": 2 * head_dim}
