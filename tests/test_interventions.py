@@ -13,11 +13,10 @@ from flax import nnx
 
 from attention import MultiHeadAttention
 from configs import mlm as mlm_config
-import tasks
 from studies import StudyError, interventions
 from studies.interventions import Intervention
 from tasks import mlm
-from training import evaluation, loop, validate
+from training import evaluation, validate
 
 
 def test_specs_parse_to_interventions_and_a_bad_one_names_the_forms():
@@ -121,28 +120,30 @@ def test_the_hedgehog_swap_keeps_every_trained_parameter_and_starts_its_maps_at_
         np.testing.assert_array_equal(value[...], np.tile(np.eye(head_dim), (config.model.num_heads, 1, 1)))
 
 
-def test_fitting_trains_the_maps_alone_and_lowers_the_attention_matching_loss(tiny_run):
-    """On the tiny translation run (Hedgehog in its encoder, causal decoder and cross roles)."""
-    config, workdir = tiny_run
-    swapped_config = interventions.intervened_config(config, Intervention(hedgehog_steps=40))
-    task = tasks.get(config.task)
-    _, trained, data = loop.restore_latest_model(task, config, workdir)
-    model = interventions.with_trained_parameters(task, swapped_config, data, trained)
-    values = lambda: {path: np.array(value[...]) for path, value in nnx.to_flat_state(nnx.state(model, nnx.Param))}
-    before = values()
-    losses = interventions.fit_hedgehog_maps(task, swapped_config, data, model, 40)
+def test_fitting_trains_the_maps_alone_lowers_the_matching_loss_and_is_recorded(tiny_run, tmp_path, monkeypatch):
+    """On the tiny translation run (Hedgehog in its encoder, causal decoder and cross roles): the parameters around
+    the fitting, seen through a wrapper of fit_hedgehog_maps, and the evaluation written after it."""
+    _, workdir = tiny_run
+    fit, seen = interventions.fit_hedgehog_maps, {}
+
+    def values(model):
+        return {path: np.array(value[...]) for path, value in nnx.to_flat_state(nnx.state(model, nnx.Param))}
+
+    def watched_fit(task, config, data, model, steps):
+        seen["before"] = values(model)
+        losses = fit(task, config, data, model, steps)
+        seen["after"], seen["modules"] = values(model), list(nnx.iter_modules(model))
+        return losses
+
+    monkeypatch.setattr(interventions, "fit_hedgehog_maps", watched_fit)
+    result = interventions.evaluate(workdir, Intervention(hedgehog_steps=40), str(tmp_path / "hedgehog40"))
+    losses = result["intervention"]["fit_loss"]
     assert list(losses) == ["0", "39"] and losses["39"] < 0.9 * losses["0"]
-    after = values()
+    before, after = seen["before"], seen["after"]
     moved = {path for path in before if not np.array_equal(before[path], after[path])}
     assert moved == {path for path in before if path[-1] == "weight"} and len(moved) == 3  # one map per role
-    assert all(module.deterministic for _, module in nnx.iter_modules(model) if hasattr(module, "deterministic"))
-
-
-def test_a_hedgehog_evaluation_records_its_kinds_and_its_fitting_losses(tiny_run, tmp_path):
-    _, workdir = tiny_run
-    result = interventions.evaluate(workdir, Intervention(hedgehog_steps=2), str(tmp_path / "hedgehog2"))
-    assert set(result["attention"].values()) == {"hedgehog"}
-    assert list(result["intervention"]["fit_loss"]) == ["0", "1"] and result["intervention"]["hedgehog_steps"] == 2
+    assert all(module.deterministic for _, module in seen["modules"] if hasattr(module, "deterministic"))
+    assert set(result["attention"].values()) == {"hedgehog"} and result["intervention"]["hedgehog_steps"] == 40
     head_dim = result["config"]["model"]["d_model"] // result["config"]["model"]["num_heads"]
     assert {row["role"]: row["rank_bound"] for row in result["rank"]} == {  # a causal mask lifts the bound
         "encoder_self": 2 * head_dim, "decoder_self": None, "cross": 2 * head_dim}
