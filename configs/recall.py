@@ -296,6 +296,44 @@ def _study_gate_init() -> grids.Study:
     return grids.Study("configs/recall.py:quick", {}, runs, seeds=3, pick=_STATE_PICK, notes=_GATE_INIT_NOTES)
 
 
+# Why Based's hybrid (Taylor at d' = 4 beside a softmax window, their rows averaged in one layer) recalled 4% in the
+# state study where Taylor alone recalled 92%: the window's content, the one-layer mix, or learning speed.
+_BASED_LONG_STEPS = 4 * 800  # the quick preset's schedule, 4 times; fresh examples throughout, as the quick preset
+_BASED_PARTS_NOTES = """Predictions, written before any run. In the state study Based's hybrid at d' = 4 recalled 4.13% with
+a window of 4 and 8.65% with 16, Taylor alone at the same d' 92.12%. Three explanations, one arm each:
+(a) the window's content: the local half of every row averages the query's neighbours (filler in the query region),
+    which drowns the retrieved value: with a window of 0 (each query's own position alone) the hybrid recalls
+    within 10 points of Taylor;
+(b) the one-layer mix itself (half of every row spent on nearby positions, one q and k shared by both parts):
+    the window-0 arm stays below 20% as well;
+(c) learning speed: the hybrid leaves the loss plateau later than Taylor: at 4 times the steps (3,200, fresh
+    examples) the window-4 arm comes within 10 points of Taylor.
+Expected: (a), with (c) lifting the window-4 arm part of the way. taylor_d4_N16 and based_d4_w4_N16 are the state
+study's runs again (same configs, rate grid and seeds): they should reproduce its numbers. The rate grid is the
+state study's; the long arm's candidates train the same 400 steps as every other's, so it picks as its window-4
+anchor does."""
+_BASED_PARTS_CONTRASTS = (
+    grids.Contrast("(a) window 0 minus Taylor (near 0: the window's content was the cost)",
+                   {"based_d4_w0_N16": 1.0, "taylor_d4_N16": -1.0}),
+    grids.Contrast("(a, b) window 0 minus window 4 (positive: the window's content costs)",
+                   {"based_d4_w0_N16": 1.0, "based_d4_w4_N16": -1.0}),
+    grids.Contrast("(c) window 4 at 3,200 steps minus Taylor at 800 (near 0: only slower)",
+                   {f"based_d4_w4_N16_steps{_BASED_LONG_STEPS}": 1.0, "taylor_d4_N16": -1.0}),
+)
+
+
+def _study_based_parts() -> grids.Study:
+    """Based's failure taken apart: Taylor and Based at d' = 4 as in the state study, Based with a window of 0, and
+    Based at 4 times the steps; the state study's rate grid, 3 seeds."""
+    long = _run("based", 16, 4, window=4)
+    long = grids.Run(f"{long.name}_steps{_BASED_LONG_STEPS}", {
+        **long.overrides, "num_train_steps": _BASED_LONG_STEPS, "dataset.train_size": 64 * _BASED_LONG_STEPS,
+        "eval_every_steps": 800, "checkpoint_every_steps": 800})
+    runs = [_run("taylor", 16, 4), _run("based", 16, 4, window=4), _run("based", 16, 4, window=0), long]
+    return grids.Study("configs/recall.py:quick", {}, runs, seeds=3, pick=_STATE_PICK, notes=_BASED_PARTS_NOTES,
+                       contrasts=_BASED_PARTS_CONTRASTS)
+
+
 def _study_state_bidirectional() -> grids.Study:
     """The state study in the bidirectional form (an encoder: each kind's forward and backward scans)."""
     return dataclasses.replace(_study_state(), config="configs/recall.py:quick,form=bidirectional")
@@ -312,4 +350,5 @@ STUDIES = {
     "state": _study_state,
     "state_bidirectional": _study_state_bidirectional,
     "gate_init": _study_gate_init,
+    "based_parts": _study_based_parts,
 }
