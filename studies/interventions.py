@@ -12,6 +12,7 @@ study's softmax_rank32 and hedgehog_distilled arms do).
 """
 import dataclasses
 import json
+import math
 import os
 
 import jax
@@ -107,7 +108,8 @@ def fit_hedgehog_maps(task, config, data, model, steps: int) -> dict[str, float]
     """The Hedgehog paper's first stage on `model` (Hedgehog in every role): its maps alone trained, by Adam at
     FIT_LEARNING_RATE on the task's first `steps` training batches, to the sum over attentions of each one's
     attention-matching loss against softmax's weights on its own q and k (HedgehogAttention.distillation_loss),
-    with dropout off. Returns the loss every FIT_LOG_EVERY steps and at the last, by step."""
+    with dropout off. Returns the loss every FIT_LOG_EVERY steps and at the last, by step; ValueError where one is
+    not finite."""
     model.eval()
     map_weights = set()
     for path, module in nnx.iter_modules(model):
@@ -133,8 +135,10 @@ def fit_hedgehog_maps(task, config, data, model, steps: int) -> dict[str, float]
     for step in range(steps):
         batch = task.train_batch(config, data, batch_size, step)
         weights, opt_state, loss = fit_step(weights, opt_state, rest, batch)
-        if step % FIT_LOG_EVERY == 0 or step == steps - 1:
-            losses[str(step)] = float(loss)
+        if step % FIT_LOG_EVERY == 0 or step == steps - 1:  # a non-finite map stays so: seen at the next log
+            if not math.isfinite(losses.setdefault(str(step), float(loss))):
+                raise ValueError(f"fitting Hedgehog's maps: the attention-matching loss is {float(loss)} at step "
+                                 f"{step + 1} of {steps}; the evaluation would read diverged maps")
             print(f"  fitting Hedgehog's maps: step {step + 1}/{steps}, attention-matching loss {float(loss):.4f}",
                   flush=True)
     nnx.update(model, weights)

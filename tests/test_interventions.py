@@ -147,3 +147,11 @@ def test_fitting_trains_the_maps_alone_lowers_the_matching_loss_and_is_recorded(
     head_dim = result["config"]["model"]["d_model"] // result["config"]["model"]["num_heads"]
     assert {row["role"]: row["rank_bound"] for row in result["rank"]} == {  # a causal mask lifts the bound
         "encoder_self": 2 * head_dim, "decoder_self": None, "cross": 2 * head_dim}
+
+
+def test_a_fitting_that_diverges_stops_in_one_line_naming_its_step(tiny_run, tmp_path, monkeypatch):
+    _, workdir = tiny_run
+    monkeypatch.setattr(interventions.aux_losses, "pop_total", lambda model: np.float32("nan"))
+    with pytest.raises(StudyError, match=r"fitting Hedgehog's maps: the attention-matching loss is nan at step 1 of 3;"):
+        interventions.run([workdir], [Intervention(hedgehog_steps=3)], str(tmp_path / "evals"), str(tmp_path / "out"),
+                          "", "")
