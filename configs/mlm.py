@@ -200,6 +200,8 @@ _RANK_OR_SHAPE_CONTRASTS = (
                    _gap_change("linear@2000", "softmax@2000", "linear@500", "softmax@500")),
     grids.Contrast("convolution: linear's gap with the centred convolution minus with the left-only one",
                    _gap_change("linear_centred", "softmax_centred", "linear", "softmax")),
+    grids.Contrast("softmax with the centred convolution minus with the left-only one (added after part 5 ran)",
+                   {"softmax_centred": 1.0, "softmax": -1.0}),
 )
 
 

@@ -408,9 +408,49 @@ READINGS = [
     Reading(RESULTS, "softmax trained at rank 32 lost {} points, where the cut costs {}",
             lambda: (below(rank_or_shape_contrast("rank: rank-32 softmax's gap"))[0],
                      below(rank_or_shape_contrast("cut to rank 32", INTERVENTIONS))[0]), (".1f", ".1f")),
-    Reading(README, "where flattening its rows to linear attention's entropy costs {} points and the rank-32 cut {}",
+    Reading(README, "where flattening its rows to linear attention's entropy costs {} points and the rank-32 cut {}, "
+            "and fitted Hedgehog keeps {}%, {} points below the rank-{} cut at the same rank",
             lambda: (below(rank_or_shape_contrast("flattened by T = 4 (", INTERVENTIONS))[0],
-                     below(rank_or_shape_contrast("cut to rank 32", INTERVENTIONS))[0])),
+                     below(rank_or_shape_contrast("cut to rank 32", INTERVENTIONS))[0],
+                     rank_or_shape_accuracy("hedgehog1000", INTERVENTIONS)[0],
+                     below(rank_or_shape_contrast("Hedgehog fitted 1,000 steps minus cut", INTERVENTIONS))[0],
+                     bound_of(INTERVENTIONS, "rank64")), (".1f", ".1f", ".1f", ".1f", "d")),
+    # the rank-or-shape study's centred convolution (part 5)
+    Reading(RESULTS, "{} ± {}%, {} points above the left-only convolution (95% CI {} to {}), with flatter rows ({} of "
+            "the maximum entropy against {}; {} in its second layer) and a lower effective rank ({})",
+            lambda: (*rank_or_shape_accuracy("softmax_centred"), *rank_or_shape_contrast("softmax with the centred"),
+                     rank_or_shape_layers_mean("softmax_centred", "entropy_fraction"),
+                     rank_or_shape_layers_mean("softmax", "entropy_fraction"),
+                     report._shape_mean(report.shape_rows(_results(RANK_OR_SHAPE)["softmax_centred"], layer=1),
+                                        "entropy_fraction"),
+                     rank_or_shape_layers_mean("softmax_centred", "effective_rank")),
+            (".2f", ".2f", ".1f", "+.1f", "+.1f", ".3f", ".3f", ".3f", ".2f")),
+    # Hedgehog's maps fitted to the trained softmax's rows
+    Reading(RESULTS, "replaced by Hedgehog's linear attention (m = {}, twice the head dim, so rank at most {})",
+            lambda: (bound_of(INTERVENTIONS, "hedgehog1000"),) * 2, "d"),
+    Reading(RESULTS, "Fitted for {} steps, the model reaches {} ± {}%: {} points below the rank-{} cut of the same "
+            "softmax (95% CI {} to {}), at the same rank bound, and {} points above the unfitted swap (95% CI {} to "
+            "{}). The fitting had stopped gaining by step {} ({}%). Its rows sharpened from {} to {} of the maximum "
+            "entropy, short of the cut's {}, and few rows peak: {}% of them put more than half their weight on one "
+            "key, against {}% under the rank-{} cut and {}% in softmax",
+            lambda: (1000, *rank_or_shape_accuracy("hedgehog1000", INTERVENTIONS),
+                     below(rank_or_shape_contrast("Hedgehog fitted 1,000 steps minus cut", INTERVENTIONS))[0],
+                     bound_of(INTERVENTIONS, "rank64"),
+                     *below(rank_or_shape_contrast("Hedgehog fitted 1,000 steps minus cut", INTERVENTIONS))[1:],
+                     *rank_or_shape_contrast("Hedgehog fitted 1,000 steps minus unfitted", INTERVENTIONS),
+                     300, rank_or_shape_accuracy("hedgehog300", INTERVENTIONS)[0],
+                     *(rank_or_shape_layers_mean(run, "entropy_fraction", INTERVENTIONS)
+                       for run in ("hedgehog0", "hedgehog1000", "rank64")),
+                     *(100 * rank_or_shape_layers_mean(run, "top1_above_half", INTERVENTIONS)
+                       for run in ("hedgehog1000", "rank64")), bound_of(INTERVENTIONS, "rank64"),
+                     100 * rank_or_shape_layers_mean("none", "top1_above_half", INTERVENTIONS)),
+            (",d", ".2f", ".2f", ".1f", "d", ".1f", ".1f", ".1f", ".1f", ".1f", "d", ".2f", ".3f", ".3f", ".3f",
+             ".1f", ".1f", "d", ".1f")),
+    Reading(RESULTS, "At a rank of {} the trained model's attention can keep {}% (the cut), and this feature map, taught "
+            "those rows, keeps {}%: near the flattening to linear attention's entropy ({}%)",
+            lambda: (bound_of(INTERVENTIONS, "rank64"), rank_or_shape_accuracy("rank64", INTERVENTIONS)[0],
+                     rank_or_shape_accuracy("hedgehog1000", INTERVENTIONS)[0],
+                     rank_or_shape_accuracy("temperature4", INTERVENTIONS)[0]), ("d", ".1f", ".1f", ".2f")),
     # the recall state study, part 1
     Reading(README, "DeltaNet {}% at d' = 16 where elu + 1 with the same state reaches {}%",
             lambda: (query_accuracy(RECALL_STATE, "delta_d16_N16"), query_accuracy(RECALL_STATE, "linear_d16_N16")),
@@ -526,6 +566,12 @@ CLAIMS = [  # (doc, words, whether the results bear them out)
      "entropy costs it more than the rank-32 cut",
      lambda: all(rank_or_shape_contrast(words, INTERVENTIONS)[2] < 0
                  for words in ("cut to rank 32", "flattened by T = 4 minus", "at equal row entropy"))),
+    (RESULTS, "as the second prediction said for accuracy, while its entropy fell between the two predicted ranges",
+     lambda: (abs(rank_or_shape_accuracy("hedgehog1000", INTERVENTIONS)[0]
+                  - rank_or_shape_accuracy("temperature4", INTERVENTIONS)[0]) < 5
+              < rank_or_shape_accuracy("rank64", INTERVENTIONS)[0] - rank_or_shape_accuracy("hedgehog1000", INTERVENTIONS)[0]
+              and rank_or_shape_layers_mean("rank64", "entropy_fraction", INTERVENTIONS) + 0.05
+              < rank_or_shape_layers_mean("hedgehog1000", "entropy_fraction", INTERVENTIONS) < 0.85)),
     (README, "Based's hybrid (Taylor beside a softmax window, averaged in one layer) stays under 9%",
      lambda: max(value for run in ("based_d4_w4_N16", "based_d4_w16_N16")
                  for value in seed_accuracies(RECALL_STATE, run)) < 9),
