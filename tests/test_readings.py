@@ -27,6 +27,7 @@ RANK_OR_SHAPE = "reports/mlm/rank_or_shape"
 INTERVENTIONS = "reports/mlm/rank_or_shape/interventions"
 RECALL_STATE = "reports/recall/state"
 GATE_INIT = "reports/recall/gate_init"
+BASED_PARTS = "reports/recall/based_parts"
 ANCHORS = "reports/recall/anchors"
 RECALL_QUICK, RECALL_KINDS = "reports/recall", "reports/recall/kinds"
 ZOOLOGY_EPOCHS = 64  # Figure 2's schedule (configs/recall.py's anchor notes): 64 epochs of the training set
@@ -197,6 +198,25 @@ class Reading:
 
 
 README, RESULTS = "README.md", "docs/results.md"
+
+
+BASED_LONG_STEPS = 3_200
+LONG_BASED = f"based_d4_w4_N16_steps{BASED_LONG_STEPS}"
+
+
+def rerun_difference(run: str) -> float:
+    """The largest difference, in points, between a seed of `run` in based_parts and the same seed in the state study."""
+    return max(abs(a - b) for a, b in zip(seed_accuracies(BASED_PARTS, run), seed_accuracies(RECALL_STATE, run)))
+
+
+def recall_contrast(words: str) -> tuple[float, float, float]:
+    """The based_parts study's contrast whose question starts with `words`: mean and 95% interval, in points."""
+    (contrast,) = [contrast for contrast in catalog.get_study("recall", "based_parts").contrasts
+                   if contrast.question.startswith(words)]
+    results = _results(BASED_PARTS)
+    values = [report._term_values(term, "query_accuracy", results) for term in contrast.terms]
+    mean, half_width, _ = stats.paired_combination(list(zip(contrast.terms.values(), values)))
+    return 100 * mean, 100 * (mean - half_width), 100 * (mean + half_width)
 
 
 def rank_or_shape_contrast(words: str, report_dir: str = RANK_OR_SHAPE) -> tuple[float, float, float]:
@@ -415,6 +435,24 @@ READINGS = [
                      rank_or_shape_accuracy("hedgehog1000", INTERVENTIONS)[0],
                      below(rank_or_shape_contrast("Hedgehog fitted 1,000 steps minus cut", INTERVENTIONS))[0],
                      bound_of(INTERVENTIONS, "rank64")), (".1f", ".1f", ".1f", ".1f", "d")),
+    # Based's failure taken apart
+    Reading(RESULTS, "with a window of 0 the hybrid recalls {} ± {}%, {} points below Taylor (95% CI {} to {}) and {} "
+            "point from the window of 4 (95% CI {} to {})",
+            lambda: (*query_accuracy_std(BASED_PARTS, "based_d4_w0_N16"), *below(recall_contrast("(a) window 0")),
+                     *recall_contrast("(a, b) window 0")), (".2f", ".2f", ".1f", ".1f", ".1f", ".1f", "+.1f", "+.1f")),
+    Reading(RESULTS, "at {} steps the window-4 hybrid reaches {} ± {}% (from {}% at 800), still {} points below Taylor "
+            "at 800 (95% CI {} to {})",
+            lambda: (BASED_LONG_STEPS, *query_accuracy_std(BASED_PARTS, LONG_BASED),
+                     query_accuracy(BASED_PARTS, "based_d4_w4_N16"), *below(recall_contrast("(c) window 4"))),
+            (",d", ".2f", ".2f", ".2f", ".1f", ".1f", ".1f")),
+    Reading(RESULTS, "Taylor within {} points a seed ({}% against {}%), Based at window 4 within {} points a seed ({}% "
+            "against {}%)",
+            lambda: (rerun_difference("taylor_d4_N16"), query_accuracy(BASED_PARTS, "taylor_d4_N16"),
+                     query_accuracy(RECALL_STATE, "taylor_d4_N16"), rerun_difference("based_d4_w4_N16"),
+                     query_accuracy(BASED_PARTS, "based_d4_w4_N16"), query_accuracy(RECALL_STATE, "based_d4_w4_N16")),
+            (".2f", ".2f", ".2f", ".1f", ".2f", ".2f")),
+    Reading(README, "with a window of 0 it recalls {}%, and 4 times the steps lift it to {}%",
+            lambda: (query_accuracy(BASED_PARTS, "based_d4_w0_N16"), query_accuracy(BASED_PARTS, LONG_BASED))),
     # the rank-or-shape study's centred convolution (part 5)
     Reading(RESULTS, "{} ± {}%, {} points above the left-only convolution (95% CI {} to {}), with flatter rows ({} of "
             "the maximum entropy against {}; {} in its second layer) and a lower effective rank ({})",
@@ -572,6 +610,12 @@ CLAIMS = [  # (doc, words, whether the results bear them out)
               < rank_or_shape_accuracy("rank64", INTERVENTIONS)[0] - rank_or_shape_accuracy("hedgehog1000", INTERVENTIONS)[0]
               and rank_or_shape_layers_mean("rank64", "entropy_fraction", INTERVENTIONS) + 0.05
               < rank_or_shape_layers_mean("hedgehog1000", "entropy_fraction", INTERVENTIONS) < 0.85)),
+    (RESULTS, "that prediction is wrong, and the one-layer mix's holds",
+     lambda: recall_contrast("(a) window 0")[2] < -10 and query_accuracy(BASED_PARTS, "based_d4_w0_N16") < 20),
+    (RESULTS, "each at the rate the state study picked",
+     lambda: all(_results(BASED_PARTS)[run][0]["config"]["learning_rate"]
+                 == _results(RECALL_STATE)[run][0]["config"]["learning_rate"]
+                 for run in ("taylor_d4_N16", "based_d4_w4_N16"))),
     (README, "Based's hybrid (Taylor beside a softmax window, averaged in one layer) stays under 9%",
      lambda: max(value for run in ("based_d4_w4_N16", "based_d4_w16_N16")
                  for value in seed_accuracies(RECALL_STATE, run)) < 9),
