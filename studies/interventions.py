@@ -108,7 +108,8 @@ def fit_hedgehog_maps(task, config, data, model, steps: int) -> dict[str, float]
     """The Hedgehog paper's first stage on `model` (Hedgehog in every role): its maps alone trained, by Adam at
     FIT_LEARNING_RATE on the task's first `steps` training batches, to the sum over attentions of each one's
     attention-matching loss against softmax's weights on its own q and k (HedgehogAttention.distillation_loss),
-    with dropout off. Returns the loss every FIT_LOG_EVERY steps and at the last, by step; ValueError where one is
+    with dropout off. Those q and k are the swapped model's, computed through the Hedgehog layers before it (so a
+    map also gets gradient from the layers after it), where the paper feeds each layer the teacher's inputs. Returns the loss every FIT_LOG_EVERY steps and at the last, by step; ValueError where one is
     not finite."""
     model.eval()
     map_weights = set()
