@@ -96,9 +96,9 @@ def flatten_rows(model, temperature: float) -> None:
 
 
 def with_trained_parameters(task, config, data, trained) -> nnx.Module:
-    """The model of `config` holding every parameter of the `trained` model, which must have them all: Hedgehog's
-    maps, which softmax has not, stay at their initialisation (the identity). (Random state is not carried:
-    softmax's attention dropout has none in Hedgehog, and evaluation draws none.)"""
+    """The model of `config` holding every parameter of the `trained` model, which must have them all: softmax_rank
+    has none of its own, Hedgehog's maps, which softmax has not, stay at their initialisation (the identity).
+    (Random state is not carried: softmax's attention dropout has none in Hedgehog, and evaluation draws none.)"""
     model = task.create_model(config, data)
     nnx.update(model, nnx.state(trained, nnx.Param))
     return model
@@ -109,8 +109,8 @@ def fit_hedgehog_maps(task, config, data, model, steps: int) -> dict[str, float]
     FIT_LEARNING_RATE on the task's first `steps` training batches, to the sum over attentions of each one's
     attention-matching loss against softmax's weights on its own q and k (HedgehogAttention.distillation_loss),
     with dropout off. Those q and k are the swapped model's, computed through the Hedgehog layers before it (so a
-    map also gets gradient from the layers after it), where the paper feeds each layer the teacher's inputs. Returns the loss every FIT_LOG_EVERY steps and at the last, by step; ValueError where one is
-    not finite."""
+    map also gets gradient from the layers after it), where the paper feeds each layer the teacher's inputs.
+    Returns the loss every FIT_LOG_EVERY steps and at the last, by step; ValueError where one is not finite."""
     model.eval()
     map_weights = set()
     for path, module in nnx.iter_modules(model):
@@ -143,7 +143,7 @@ def fit_hedgehog_maps(task, config, data, model, steps: int) -> dict[str, float]
             print(f"  fitting Hedgehog's maps: step {step + 1}/{steps}, attention-matching loss {float(loss):.4f}",
                   flush=True)
     nnx.update(model, weights)
-    model.eval()
+    model.eval()  # deterministic again: evaluation adds no distillation loss
     return losses
 
 
@@ -154,11 +154,8 @@ def evaluate(workdir: str, intervention: Intervention, out_dir: str) -> dict:
     config = intervened_config(trained_config, intervention)
     validate.validate(config)  # a rank cut in a causal role is refused here, in one line
     task = tasks.get(config.task)
-    if intervention.hedgehog_steps is None:
-        step, model, data = loop.restore_latest_model(task, config, workdir)
-    else:
-        step, trained, data = loop.restore_latest_model(task, trained_config, workdir)
-        model = with_trained_parameters(task, config, data, trained)
+    step, trained, data = loop.restore_latest_model(task, trained_config, workdir)
+    model = with_trained_parameters(task, config, data, trained)
     fitted = {}
     if intervention.temperature is not None:
         flatten_rows(model, intervention.temperature)
