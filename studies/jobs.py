@@ -14,6 +14,7 @@ from data import paths
 from runtime import devices, locks
 from runtime.workdirs import CONFIG_FILE, WorkdirError, read_json
 from studies import StudyError, children
+from training import metrics
 
 ROOT = paths.REPOSITORY
 Job = tuple[str, list[str], str]  # (label, train.py command, workdir) of one (run, seed)
@@ -37,9 +38,9 @@ def train_command(study: Study, run: Run, seed: int, workdir: str, group: str, e
 
 
 def is_finished(workdir: str) -> bool:
-    """eval.json exists and was written at the last step of the config the run trained with. An eval.json
-    that does not read (a write cut short) is no result: training again resumes from the last checkpoint
-    and writes it anew."""
+    """eval.json exists and was written at the end of the run the config trained: its last step, or the
+    validation that stopped it early. An eval.json that does not read (a write cut short) is no result:
+    training again resumes from the last checkpoint and writes it anew."""
     eval_path, config_path = os.path.join(workdir, "eval.json"), os.path.join(workdir, CONFIG_FILE)
     if not (os.path.exists(eval_path) and os.path.exists(config_path)):
         return False
@@ -48,7 +49,7 @@ def is_finished(workdir: str) -> bool:
     except WorkdirError as error:
         print(f"warning: {error}; the run will be evaluated again", flush=True)
         return False
-    return step == read_json(config_path).get("num_train_steps")
+    return metrics.ends_run(read_json(config_path), workdir, step)
 
 
 def train(command: list[str], workdir: str, env: dict[str, str] | None) -> bool:

@@ -348,6 +348,19 @@ def test_a_run_is_finished_when_eval_json_is_at_the_configs_last_step(tmp_path):
     assert jobs.is_finished(workdir)
 
 
+def test_a_run_stopped_early_is_finished_at_the_validation_that_stopped_it(tmp_path):
+    workdir = str(tmp_path)
+    _write_json(os.path.join(workdir, "config.json"),
+                {"num_train_steps": 100, "eval": {"stop_metric": "query_accuracy", "stop_at": 0.99}})
+    _write_json(os.path.join(workdir, "eval.json"), {"step": 40})
+    with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+        for step, accuracy in ((20, 0.5), (40, 0.995)):
+            f.write(json.dumps({"step": step, "split": "eval", "query_accuracy": accuracy}) + "\n")
+    assert jobs.is_finished(workdir)
+    _write_json(os.path.join(workdir, "eval.json"), {"step": 20})  # a validation below the stop: mid-run
+    assert not jobs.is_finished(workdir)
+
+
 def test_only_selects_runs_and_rejects_unknown_names():
     study = catalog.get_study("translation", "quick")
     assert [run.name for run in runner.select_runs(study, "taylor,softmax")] == ["softmax", "taylor"]

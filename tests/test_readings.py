@@ -29,6 +29,8 @@ RECALL_STATE = "reports/recall/state"
 GATE_INIT = "reports/recall/gate_init"
 BASED_PARTS = "reports/recall/based_parts"
 ANCHORS = "reports/recall/anchors"
+ZOOLOGY = "reports/recall/zoology"
+ZOOLOGY_PLATEAU = "reports/recall/zoology_plateau"
 RECALL_QUICK, RECALL_KINDS = "reports/recall", "reports/recall/kinds"
 ZOOLOGY_EPOCHS = 64  # Figure 2's schedule (configs/recall.py's anchor notes): 64 epochs of the training set
 NUMBER = r"[-+]?\d+(?:,\d{3})*(?:\.\d+)?"
@@ -178,6 +180,36 @@ def full_preset_passes() -> tuple[int, int, float, int, int]:
 
 
 # --- the readings -----------------------------------------------------------------------------------------------
+
+
+def zoology_cell(length: int, pairs: int, rates: tuple[str, ...]) -> tuple[float, ...]:
+    """The test recall of the zoology preset's cell (L, N) at each rate (as its run names write them)."""
+    return tuple(query_accuracy(ZOOLOGY, f"softmax_L{length}_N{pairs}_lr{rate}") for rate in rates)
+
+
+def _epoch_steps(result: dict) -> int:
+    config = result["config"]
+    return -(-config["dataset"]["train_size"] // config["per_device_batch_size"])
+
+
+def epoch_first_above(report_dir: str, run: str, value: float) -> float:
+    """The epoch of seed 0's first validation above `value` (runs.json's curve)."""
+    curve = json.loads(_read(os.path.join(report_dir, runner.RUNS_JSON)))[run]["curves"][0]
+    step = next(row["step"] for row in curve if row["query_accuracy"] > value)
+    return step / _epoch_steps(_results(report_dir)[run][0])
+
+
+def stop_epochs(report_dir: str, run: str) -> list[float]:
+    """Each seed's epochs at its early stop (or its last step): eval.json's step over an epoch's steps."""
+    return [result["step"] / _epoch_steps(result) for result in _results(report_dir)[run]]
+
+
+PLATEAU_LEARNED = ("figure2", "random_filler", "no_dropout", "zoology_trainer", "no_weight_decay", "d_model128")
+
+
+def plateau_seed(seed: int) -> dict[str, float]:
+    """The zoology_plateau arms with learned positions: arm -> the seed's test recall."""
+    return {arm: seed_accuracies(ZOOLOGY_PLATEAU, f"plateau_{arm}")[seed] for arm in PLATEAU_LEARNED}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -581,6 +613,24 @@ READINGS = [
             lambda: (*anchors_schedule()[:2], anchors_fraction(),
                      *(query_accuracy(ANCHORS, f"softmax_zoology_N{pairs}") for pairs in (4, 8, 16))),
             (",d", "d", ".0f", ".1f", ".1f", ".1f")),
+    # Zoology's Figure 2 at its budget, and the (64, 4) cell's plateau
+    Reading(RESULTS, "The (64, 4) cell ended at {}%, {}% and {}% at 4.64e-4, 2.15e-3 and 1e-4",
+            lambda: zoology_cell(64, 4, ("0.000464", "0.00215", "0.0001"))),
+    Reading(RESULTS, "(128, 8) at {}% at 4.64e-4 (its validation first above 50% at epoch {}), {}%, {}% and {}% at "
+            "2.15e-3, 1e-4 and 1e-2",
+            lambda: (zoology_cell(128, 8, ("0.000464",))[0],
+                     epoch_first_above(ZOOLOGY, "softmax_L128_N8_lr0.000464", 0.5),
+                     *zoology_cell(128, 8, ("0.00215", "0.0001", "0.01"))), (".1f", ".0f", ".1f", ".1f", ".1f")),
+    Reading(RESULTS, "Seed 0 stayed between {}% and {}% in all six arms with learned positions, while seed 1 left the "
+            "plateau in four of them (unchanged {}%, no weight decay {}%, d_model 128 {}%, Zoology's trainer {}%)",
+            lambda: (min(plateau_seed(0).values()), max(plateau_seed(0).values()),
+                     *(plateau_seed(1)[arm] for arm in ("figure2", "no_weight_decay", "d_model128", "zoology_trainer")))),
+    Reading(RESULTS, "Sinusoidal positions reached 99% in both seeds (at epochs {} and {}), the convolution in both by "
+            "epoch {}", lambda: (*stop_epochs(ZOOLOGY_PLATEAU, "plateau_sinusoidal"),
+                                 max(stop_epochs(ZOOLOGY_PLATEAU, "plateau_conv3"))), ".0f"),
+    Reading(README, "zoology_plateau (why its (64, 4) cell sits at {}%", lambda: zoology_cell(64, 4, ("0.000464",)), ".0f"),
+    Reading(RESULTS, "the unchanged cell's second seed came near ({}%) without reaching 99%",
+            lambda: (plateau_seed(1)["figure2"],)),
     # the recall kinds study's elu + 1: seeds of the quick study's d' = 64 run (test_one_configuration_two_studies)
     Reading(RESULTS, "seeds 0 and 1 only: {}% is the mean of those two, {} ± {}% that of the quick study's three "
             "(seed 2: {}%). Elsewhere this page and the README quote {}% for this configuration",
@@ -606,6 +656,12 @@ def bound_of(report_dir: str, run: str) -> int:
 
 
 CLAIMS = [  # (doc, words, whether the results bear them out)
+    (RESULTS, "no run reached 99%, so every one trained the 64 epochs",
+     lambda: all(round(epochs) == ZOOLOGY_EPOCHS for run in _results(ZOOLOGY) for epochs in stop_epochs(ZOOLOGY, run))),
+    (RESULTS, "and stayed on it with filler tokens and without dropout",
+     lambda: all(seed_accuracies(ZOOLOGY_PLATEAU, f"plateau_{arm}")[1] < 50 for arm in ("random_filler", "no_dropout"))),
+    (RESULTS, "Sinusoidal positions reached 99% in both seeds",
+     lambda: min(seed_accuracies(ZOOLOGY_PLATEAU, "plateau_sinusoidal")) >= 99),
     (RESULTS, "each interval excludes 0, so bounding softmax's rank at 32 alone costs some points and elu + 1 loses "
      "more at the same rank",
      lambda: rank_or_shape_contrast("rank: rank-32 softmax's gap")[2] < 0 < rank_or_shape_contrast("rank-32 softmax above linear")[1]),

@@ -14,6 +14,7 @@ from analysis import plots
 from data import pipeline
 from data.files import DataFileError
 from runtime import devices
+from studies import jobs
 from tasks import translation
 from training import evaluation, loop, metrics, steps
 from training.loop import evaluate
@@ -373,6 +374,7 @@ def test_training_stops_at_the_first_validation_that_reaches_the_early_stop(tiny
     assert result["step"] == 10 and max(line["step"] for line in lines) == 10
     assert [line["step"] for line in lines if line["split"] == "train"] == [5, 10]
     assert "reached eval.stop_at=0.0 at step 10 of 20" in capsys.readouterr().out
+    assert jobs.is_finished(workdir)  # a study reports it done, not failed
     assert loop.train_and_evaluate(config, workdir) == result
     assert "done: 10 steps, trained and evaluated before" in capsys.readouterr().out
     os.remove(os.path.join(workdir, evaluation.EVAL_FILE))

@@ -175,25 +175,11 @@ def _finished(config, workdir: str) -> dict | None:
     if not os.path.exists(path):
         return None
     step = (result := workdirs.read_json(path)).get("step")
-    if step != config.num_train_steps and not _stopped_early_at(config, workdir, step):
+    if not metrics.ends_run(config, workdir, step):
         return None
     print(f"done: {step} steps, trained and evaluated before; test {test_summary(result)}; "
           f"eval.json in {workdir} (--evaluate_again to evaluate it again)", flush=True)
     return result
-
-
-def _reaches_stop(config, validation: dict) -> bool:
-    """Whether validation metrics reach config.eval.stop_at in config.eval.stop_metric (never where unset)."""
-    metric = config.eval.stop_metric
-    return bool(metric) and validation[metric] >= config.eval.stop_at
-
-
-def _stopped_early_at(config, workdir: str, step) -> bool:
-    """Whether the run's validation at `step`, before its last, reached the early stop (metrics.jsonl)."""
-    if not config.eval.stop_metric or not isinstance(step, int) or step >= config.num_train_steps:
-        return False
-    return any(row["step"] == step and row["split"] == "eval" and _reaches_stop(config, row)
-               for row in read_metrics(workdir))
 
 
 def _build(config, workdir: str) -> tuple[_Run, dict]:
@@ -308,7 +294,7 @@ def _train_steps(run: _Run, start: _Start, checkpoints: Checkpoints, writer: Met
     """Trains from `start` to config.num_train_steps, or to the validation that reaches the early stop:
     (the trained state, its step, the run's elapsed seconds)."""
     config, task, state = run.config, run.task, start.state
-    if _stopped_early_at(config, run.workdir, start.step):  # its final evaluation was interrupted
+    if metrics.stopped_early_at(config, run.workdir, start.step):  # its final evaluation was interrupted
         return state, start.step, start.metadata["elapsed_s"]
     train_step, eval_step = _steps(run)
     batch_size = sharding.global_batch_size(config.per_device_batch_size)
@@ -332,7 +318,7 @@ def _train_steps(run: _Run, start: _Start, checkpoints: Checkpoints, writer: Met
             with progress.paused():
                 trace.after_step(done, state)
                 stops_early = run.data.validation is not None and _due(done, config.eval_every_steps, total) \
-                    and _reaches_stop(config, _evaluate_validation(run, writer, eval_step, state, done, elapsed()))
+                    and metrics.reaches_stop(config, _evaluate_validation(run, writer, eval_step, state, done, elapsed()))
                 if stops_early and window.steps:
                     _log_train_window(run, writer, window.take(), progress, done, elapsed())
                 if _due(done, config.checkpoint_every_steps, total) or stop.signum or stops_early:

@@ -114,6 +114,27 @@ def _run_id(workdir: str) -> str:
     return run_id
 
 
+def reaches_stop(config, validation: dict) -> bool:
+    """Whether validation metrics reach eval.stop_at in eval.stop_metric (never where unset). `config`: the
+    run's ConfigDict, or its config.json's dict (a study's parent process reads that)."""
+    metric = config["eval"].get("stop_metric")
+    return bool(metric) and validation[metric] >= config["eval"]["stop_at"]
+
+
+def stopped_early_at(config, workdir: str, step) -> bool:
+    """Whether the run's validation at `step`, before its last, reached the early stop (metrics.jsonl)."""
+    if not config.get("eval", {}).get("stop_metric") or not isinstance(step, int) or step >= config["num_train_steps"]:
+        return False
+    return any(row["step"] == step and row["split"] == "eval" and reaches_stop(config, row)
+               for row in read_metrics(workdir))
+
+
+def ends_run(config, workdir: str, step) -> bool:
+    """Whether an evaluation at `step` (eval.json's) is the run's final one: at its last step, or at the
+    validation that stopped it early."""
+    return step == config["num_train_steps"] or stopped_early_at(config, workdir, step)
+
+
 def read_metrics(directory: str) -> list[dict]:
     """The lines of `directory`'s metrics.jsonl, in order; none without the file (a run not started yet).
     A last line cut short (a kill or a full disk during a write) is left out with a warning; an unreadable
