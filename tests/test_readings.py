@@ -628,6 +628,9 @@ READINGS = [
     Reading(RESULTS, "Sinusoidal positions reached 99% in both seeds (at epochs {} and {}), the convolution in both by "
             "epoch {}", lambda: (*stop_epochs(ZOOLOGY_PLATEAU, "plateau_sinusoidal"),
                                  max(stop_epochs(ZOOLOGY_PLATEAU, "plateau_conv3"))), ".0f"),
+    Reading(README, "the (64, 4) cell stays at {}% at its best rate and (128, 8) reaches {}%",
+            lambda: (max(zoology_cell(64, 4, ("0.000464", "0.00215", "0.0001"))), max(zoology_cell(128, 8, (
+                "0.000464", "0.00215", "0.0001", "0.01"))))),
     Reading(README, "zoology_plateau (why its (64, 4) cell sits at {}%", lambda: zoology_cell(64, 4, ("0.000464",)), ".0f"),
     Reading(RESULTS, "the unchanged cell's second seed came near ({}%) without reaching 99%",
             lambda: (plateau_seed(1)["figure2"],)),
@@ -658,6 +661,11 @@ def bound_of(report_dir: str, run: str) -> int:
 CLAIMS = [  # (doc, words, whether the results bear them out)
     (RESULTS, "no run reached 99%, so every one trained the 64 epochs",
      lambda: all(round(epochs) == ZOOLOGY_EPOCHS for run in _results(ZOOLOGY) for epochs in stop_epochs(ZOOLOGY, run))),
+    (README, "seed 1 leaves it in four of six arms, seed 0 in none, and sinusoidal positions or the convolution "
+     "reach 99% in both seeds",
+     lambda: sum(value > 60 for value in plateau_seed(1).values()) == 4 and max(plateau_seed(0).values()) < 50
+     and min(seed_accuracies(ZOOLOGY_PLATEAU, "plateau_sinusoidal")
+             + seed_accuracies(ZOOLOGY_PLATEAU, "plateau_conv3")) >= 99),
     (RESULTS, "and stayed on it with filler tokens and without dropout",
      lambda: all(seed_accuracies(ZOOLOGY_PLATEAU, f"plateau_{arm}")[1] < 50 for arm in ("random_filler", "no_dropout"))),
     (RESULTS, "Sinusoidal positions reached 99% in both seeds",
