@@ -113,7 +113,7 @@ def summarize_attention(
     spectra: dict[str, np.ndarray],
     query_lengths: dict[str, np.ndarray],
     key_lengths: dict[str, np.ndarray],
-    rank_bounds: dict[str, int | None],
+    rank_bounds: dict[str, list[int | None]],
 ) -> list[dict]:
     """One row per (role, layer, head) with rank metrics averaged over examples, and the rank bound checked
     on each example's matrix.
@@ -123,7 +123,8 @@ def summarize_attention(
     examples, rounded to int; "max_numerical_rank" the largest over the examples' matrices; "rank_bound" is
     rank_bounds[role]; "matrices" is the number of examples;
     "matrices_bindable" counts those whose shorter side exceeds the bound, "matrices_over_bound" those whose
-    numerical rank does (both None without a bound).
+    numerical rank does (both None without a bound). rank_bounds[role] holds one bound per layer: a role's
+    layers may differ in kind (model.layer_kinds).
     """
     rows = []
     for role, s in spectra.items():
@@ -132,18 +133,19 @@ def summarize_attention(
         metrics = spectrum_metrics(s, size)
         means = {name: values.mean(axis=1) for name, values in metrics.items()}
         seq_len = int(round(float(np.mean(key_lengths[role]))))
-        bound = rank_bounds[role]
-        # A matrix's rank is at most its shorter side, so a bound at or above that side cannot bind on it.
-        bindable = None if bound is None else int(np.sum(np.minimum(query_lengths[role], key_lengths[role]) > bound))
-        over = None if bound is None else np.sum(metrics["numerical_rank"] > bound, axis=1)  # [layers, heads]
+        shorter_sides = np.minimum(query_lengths[role], key_lengths[role])
         for layer in range(num_layers):
+            bound = rank_bounds[role][layer]
+            # A matrix's rank is at most its shorter side, so a bound at or above that side cannot bind on it.
+            bindable = None if bound is None else int(np.sum(shorter_sides > bound))
+            over = None if bound is None else np.sum(metrics["numerical_rank"][layer] > bound, axis=0)  # [heads]
             for head in range(num_heads):
                 rows.append(
                     {"role": role, "layer": layer, "head": head, "seq_len": seq_len}
                     | {name: float(means[name][layer, head]) for name in METRIC_NAMES}
                     | {"max_numerical_rank": int(metrics["numerical_rank"][layer, :, head].max())}
                     | {"rank_bound": bound, "matrices": num_examples, "matrices_bindable": bindable,
-                       "matrices_over_bound": None if over is None else int(over[layer, head])}
+                       "matrices_over_bound": None if over is None else int(over[head])}
                 )
     return rows
 

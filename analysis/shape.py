@@ -117,13 +117,13 @@ def _number(value) -> float | None:
 
 def summarize_shape(rows: dict, selections: dict, softmax: dict) -> list[dict]:
     """One row per (role, selection, layer, head) of attention_rows' `rows`: selections[role] maps a name to
-    the query rows [B, Lq] (bool) it averages over, softmax[role] says whether the logit spread applies. A
+    the query rows [B, Lq] (bool) it averages over, softmax[role][layer] whether the logit spread applies. A
     selection that holds no row in the analysed examples writes none; a mean over no row is None."""
     summary = []
     for role, role_rows in rows.items():
         for name, selected in selections[role].items():
             for layer in range(len(role_rows["mass"])):
-                means = head_means({key: values[layer] for key, values in role_rows.items()}, selected, softmax[role])
+                means = head_means({key: values[layer] for key, values in role_rows.items()}, selected, softmax[role][layer])
                 summary += [{"role": role, "layer": layer, "head": head, "query_rows": name,
                              "rows": int(means["rows"][head])}
                             | {metric: _number(means[metric][head]) for metric in METRIC_NAMES}

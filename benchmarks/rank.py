@@ -25,7 +25,7 @@ def new_path(weights, lengths) -> None:
     """Rank rows and mean spectrum as evaluation computes them now."""
     query, key = {ROLE: lengths}, {ROLE: lengths}
     spectra = rank.attention_spectra({ROLE: weights}, query, key)
-    rank.summarize_attention(spectra, query, key, {ROLE: None})
+    rank.summarize_attention(spectra, query, key, {ROLE: [None] * weights.shape[0]})
     rank.mean_spectrum(spectra[ROLE], lengths, lengths)
 
 

@@ -37,6 +37,9 @@ def base_config(task: str) -> ml_collections.ConfigDict:
     config.model.qk_head_dim = 0  # width of each head's queries and keys; 0: d_model / num_heads
     config.model.conv_kernel = 0  # a depthwise convolution before each self-attention; 0: none
     config.model.conv_centered = False  # that convolution two-sided (odd conv_kernel); bidirectional roles only
+    # One self-attention kind per layer, comma-separated (Based's interleaving: "local,taylor"), in every
+    # self-attention role; empty: each layer takes its role's kind (attention.name or the role's override).
+    config.model.layer_kinds = ""
 
     config.attention = attention_config()
     config.dataset = ml_collections.ConfigDict()  # the task's: its name, split and sizes

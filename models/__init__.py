@@ -2,7 +2,7 @@
 from models.classifier import SequenceClassifier
 from models.language_model import LanguageModel
 from models.mlm import MaskedLanguageModel
-from models.transformer import CAUSAL_ROLES, ROLES, EncoderDecoder, TransformerSpec
+from models.transformer import CAUSAL_ROLES, ROLES, SELF_ROLES, EncoderDecoder, TransformerSpec
 
-__all__ = ["CAUSAL_ROLES", "ROLES", "EncoderDecoder", "LanguageModel", "MaskedLanguageModel", "SequenceClassifier",
-           "TransformerSpec"]
+__all__ = ["CAUSAL_ROLES", "ROLES", "SELF_ROLES", "EncoderDecoder", "LanguageModel", "MaskedLanguageModel",
+           "SequenceClassifier", "TransformerSpec"]

@@ -1,6 +1,7 @@
 """Pre-LayerNorm Transformer encoder, decoder and encoder-decoder whose attention comes from the registry.
 
-Attention kinds are chosen per role: `encoder_self`, `decoder_self` (causal) and `cross`.
+Attention kinds are chosen per role: `encoder_self`, `decoder_self` (causal) and `cross`; a self-attention
+role may take one kind per layer instead (TransformerSpec.layer_kinds).
 """
 import dataclasses
 
@@ -15,6 +16,7 @@ from models.embeddings import embedding
 
 ROLES = ("encoder_self", "decoder_self", "cross")
 CAUSAL_ROLES = ("decoder_self",)
+SELF_ROLES = ("encoder_self", "decoder_self")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +33,7 @@ class TransformerSpec:
     conv_kernel: int = 0  # self-attention blocks of an Encoder: a depthwise convolution first; 0: none
     conv_centered: bool = False  # that convolution two-sided (odd conv_kernel), for a bidirectional role only
     attention: dict = dataclasses.field(default_factory=lambda: dict.fromkeys(ROLES, "softmax"))
+    layer_kinds: tuple = ()  # one kind per layer in every self-attention role (Based's interleaving); (): attention
     attention_options: dict = dataclasses.field(default_factory=dict)  # kind name -> its options
 
 
@@ -139,8 +142,8 @@ class Residual(nnx.Module):
         return x + self.dropout(out), carry
 
 
-def _attention(spec: TransformerSpec, role: str, rngs: nnx.Rngs) -> MultiHeadAttention:
-    kind = spec.attention[role]
+def _attention(spec: TransformerSpec, role: str, rngs: nnx.Rngs, layer: int) -> MultiHeadAttention:
+    kind = spec.layer_kinds[layer] if spec.layer_kinds and role in SELF_ROLES else spec.attention[role]
     return MultiHeadAttention(kind, d_model=spec.d_model, num_heads=spec.num_heads, rngs=rngs,
                               kind_options=spec.attention_options.get(kind, {}),
                               qk_head_dim=spec.qk_head_dim or None)
@@ -163,10 +166,10 @@ class EncoderBlock(nnx.Module):
     """Self-attention in `role`: "encoder_self" sees every position, a causal role (CAUSAL_ROLES) the
     positions up to its own."""
 
-    def __init__(self, spec: TransformerSpec, *, rngs: nnx.Rngs, role: str = "encoder_self"):
+    def __init__(self, spec: TransformerSpec, *, rngs: nnx.Rngs, role: str = "encoder_self", layer: int = 0):
         # Submodules in the order they were always created: an Rngs with a single stream draws the
         # parameters after each Dropout's fork of it, so the order decides a model's initial values.
-        self.self_attention = _attention(spec, role, rngs)
+        self.self_attention = _attention(spec, role, rngs, layer)
         self.causal = role in CAUSAL_ROLES
         if spec.conv_centered and self.causal:
             raise ValueError(f"a centred convolution reads later positions: not in the causal role {role}")
@@ -187,9 +190,9 @@ class EncoderBlock(nnx.Module):
 
 
 class DecoderBlock(nnx.Module):
-    def __init__(self, spec: TransformerSpec, *, rngs: nnx.Rngs):
-        self.self_attention = _attention(spec, "decoder_self", rngs)
-        self.cross_attention = _attention(spec, "cross", rngs)
+    def __init__(self, spec: TransformerSpec, *, rngs: nnx.Rngs, layer: int = 0):
+        self.self_attention = _attention(spec, "decoder_self", rngs, layer)
+        self.cross_attention = _attention(spec, "cross", rngs, layer)
         self.feed_forward = _feed_forward(spec, rngs)
         self.self_branch = Residual(spec, rngs=rngs)
         self.cross_branch = Residual(spec, rngs=rngs)
@@ -219,7 +222,8 @@ class Encoder(nnx.Module):
     def __init__(self, vocab_size: int, spec: TransformerSpec, *, rngs: nnx.Rngs, role: str = "encoder_self"):
         self.role = role
         self.embedder = Embedder(vocab_size, spec, rngs=rngs)
-        self.blocks = nnx.List([EncoderBlock(spec, rngs=rngs, role=role) for _ in range(spec.num_layers)])
+        self.blocks = nnx.List([EncoderBlock(spec, rngs=rngs, role=role, layer=layer)
+                                for layer in range(spec.num_layers)])
         self.norm = nnx.LayerNorm(spec.d_model, rngs=rngs)
 
     def __call__(self, tokens, mask):
@@ -237,7 +241,7 @@ class EncoderDecoder(nnx.Module):
         self.pad_id = pad_id
         self.encoder = Encoder(source_vocab_size, spec, rngs=rngs)
         self.target_embedder = Embedder(target_vocab_size, spec, rngs=rngs)
-        self.decoder_blocks = nnx.List([DecoderBlock(spec, rngs=rngs) for _ in range(spec.num_layers)])
+        self.decoder_blocks = nnx.List([DecoderBlock(spec, rngs=rngs, layer=layer) for layer in range(spec.num_layers)])
         self.decoder_norm = nnx.LayerNorm(spec.d_model, rngs=rngs)
         self.logits = None if spec.tied_embeddings else nnx.Linear(spec.d_model, target_vocab_size, rngs=rngs)
 

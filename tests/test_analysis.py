@@ -98,7 +98,7 @@ def attention_fixture(rng):
 
 def test_summarize_attention_uses_only_unpadded_blocks(attention_fixture):
     weights, query_lengths, key_lengths = attention_fixture
-    rank_bounds = {"encoder_self": 3, "cross": None}
+    rank_bounds = {"encoder_self": [3, 4], "cross": [None, None]}  # a bound a layer
     spectra = rank.attention_spectra(weights, query_lengths, key_lengths)
     rows = rank.summarize_attention(spectra, query_lengths, key_lengths, rank_bounds)
 
@@ -126,7 +126,7 @@ def test_summarize_attention_uses_only_unpadded_blocks(attention_fixture):
         assert row["stable_rank"] == pytest.approx(expected_stable)
         assert row["effective_rank"] == pytest.approx(expected_effective)
         assert row["seq_len"] == round(np.mean(key_lengths[role]))
-        assert row["rank_bound"] == rank_bounds[role]
+        assert row["rank_bound"] == rank_bounds[role][layer]
     assert all(r["numerical_rank"] == 3.0 for r in rows if r["role"] == "encoder_self")
 
 
@@ -140,7 +140,7 @@ def test_summarize_attention_counts_each_matrix_over_its_bound():
     spectra = {"encoder_self": s, "cross": s, "wide": s, "softmax": s}
     query_lengths = {"encoder_self": lengths, "cross": np.array([3, 8, 6, 8]), "wide": lengths, "softmax": lengths}
     key_lengths = {"encoder_self": lengths, "cross": np.array([8, 8, 8, 3]), "wide": lengths, "softmax": lengths}
-    bounds = {"encoder_self": 3, "cross": 5, "wide": 8, "softmax": None}
+    bounds = {"encoder_self": [3, 3], "cross": [5, 5], "wide": [8, 8], "softmax": [None, None]}
     rows = rank.summarize_attention(spectra, query_lengths, key_lengths, bounds)
 
     rows = {(r["role"], r["layer"], r["head"]): r for r in rows}

@@ -254,8 +254,8 @@ def test_its_feature_dim_bounds_no_rank_in_eval():
     weights = np.asarray(_create(4).weights(*_f32(q, k)), np.float64)[1, 0]  # example 1: no padding
     singular = np.linalg.svd(weights, compute_uv=False)
     assert (singular > 1e-4 * singular[0]).sum() > D
-    assert evaluation.rank_bounds(_Model("gated_linear")) == {"encoder_self": None, "decoder_self": None}
-    assert evaluation.rank_bounds(_Model("linear")) == {"encoder_self": D, "decoder_self": None}
+    assert evaluation.rank_bounds(_Model("gated_linear")) == {"encoder_self": [None], "decoder_self": [None]}
+    assert evaluation.rank_bounds(_Model("linear")) == {"encoder_self": [D], "decoder_self": [None]}
 
 
 @pytest.mark.parametrize("lq, lk", [(23, 19), (6, 19)])

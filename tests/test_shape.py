@@ -159,7 +159,7 @@ def test_attention_rows_mask_causal_keys_at_each_querys_position_and_summarize_w
     everything, nothing = np.ones((2, 2), bool), np.zeros((2, 2), bool)
     summary = shape.summarize_shape(rows, {"decoder_self": {"all": everything},
                                            "cross": {"all": everything, "none": nothing}},
-                                    {"decoder_self": True, "cross": False})
+                                    {"decoder_self": [True], "cross": [False]})
     assert [(row["role"], row["query_rows"], row["layer"], row["head"]) for row in summary] == [
         ("decoder_self", "all", 0, 0), ("cross", "all", 0, 0), ("cross", "all", 0, 1)]
     causal_row, cross_row = summary[0], summary[1]

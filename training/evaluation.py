@@ -78,23 +78,30 @@ def rank_sample(num_rows: int, num_examples: int) -> np.ndarray:
     return np.sort(np.random.default_rng(0).choice(num_rows, count, replace=False))
 
 
-def rank_bounds(model) -> dict:
-    """The rank bound of each role's kind (MultiHeadAttention.rank_bound) where no causal mask lifts it; else None."""
-    return {role: None if role in CAUSAL_ROLES else layers[0].rank_bound
+def rank_bounds(model) -> dict[str, list]:
+    """Per role, each layer's rank bound (MultiHeadAttention.rank_bound) where no causal mask lifts it, else None."""
+    return {role: [None if role in CAUSAL_ROLES else layer.rank_bound for layer in layers]
             for role, layers in model.attention_layers().items()}
 
 
 def attention_state(model, seq_lens: dict[str, int]) -> dict:
     """Per role of the model: its kind, feature dim (None for the softmax family), the widths of a head's
     keys and values, and the numbers one head keeps to attend over seq_lens[role] positions
-    (MultiHeadAttention.state_size) with their total over the role's heads and layers."""
+    (MultiHeadAttention.state_size) with their total over the role's heads and layers. A role whose layers
+    differ in kind (model.layer_kinds): its kinds joined by commas, no one feature dim, the mean state of a
+    head over its layers, and under "layers" each layer's kind, feature dim and state per head."""
     state = {}
     for role, layers in model.attention_layers().items():
-        first = layers[0]
-        per_head = first.state_size(seq_lens[role], causal=role in CAUSAL_ROLES)
+        first, causal = layers[0], role in CAUSAL_ROLES
+        per_layer = [{"kind": layer.kind, "feature_dim": layer.feature_dim,
+                      "per_head": layer.state_size(seq_lens[role], causal=causal)} for layer in layers]
+        total = sum(entry["per_head"] for entry in per_layer) * first.num_heads
         state[role] = {"kind": first.kind, "feature_dim": first.feature_dim, "key_dim": first.qk_head_dim,
-                       "value_dim": first.head_dim, "seq_len": seq_lens[role], "per_head": per_head,
-                       "total": per_head * first.num_heads * len(layers)}
+                       "value_dim": first.head_dim, "seq_len": seq_lens[role], "per_head": per_layer[0]["per_head"],
+                       "total": total}
+        if len({entry["kind"] for entry in per_layer}) > 1:
+            state[role] |= {"kind": ",".join(entry["kind"] for entry in per_layer), "feature_dim": None,
+                            "per_head": round(total / (first.num_heads * len(layers))), "layers": per_layer}
     return state
 
 
@@ -132,8 +139,8 @@ def shape_rows(model, weights, query_len, key_len, query_positions: dict, select
     for role, w in weights.items():
         valid = np.arange(w.shape[-2]) < np.asarray(query_len[role])[:, None]
         chosen[role] = {shape.ALL_ROWS: valid} | {name: valid & rows_of for name, rows_of in selections.items()}
-    softmax = {role: layers[0].feature_dim is None and getattr(layers[0].attention, "keeps_every_key", False)
-               for role, layers in model.attention_layers().items()}
+    softmax = {role: [layer.feature_dim is None and getattr(layer.attention, "keeps_every_key", False)
+                      for layer in layers] for role, layers in model.attention_layers().items()}
     return shape.summarize_shape(rows, chosen, softmax)
 
 

@@ -3,7 +3,7 @@ Transformer's spec. A task names its model's roles (tasks/interface.py); the tas
 these and training/validate.py checks the config against them, so both read the config the same way."""
 import attention
 from attention import registry
-from models.transformer import ROLES, TransformerSpec
+from models.transformer import ROLES, SELF_ROLES, TransformerSpec
 from training.config_checks import ConfigError
 
 
@@ -13,32 +13,53 @@ def registered_kinds(config) -> list[str]:
     return attention.names()
 
 
+def layer_kinds(config) -> tuple[str, ...]:
+    """config.model.layer_kinds as a tuple, one kind per layer; () where every layer takes its role's kind."""
+    text = config.model.get("layer_kinds", "")
+    return tuple(kind.strip() for kind in text.split(",")) if text else ()
+
+
 def role_kinds(config, roles: tuple[str, ...]) -> dict[str, str]:
-    """The attention kind of each of `roles`: the role's override, else `attention.name`."""
-    return {role: config.attention[role] or config.attention.name for role in roles}
+    """The attention kind of each of `roles`: the role's override, else `attention.name`; a self-attention
+    role of a model with layer_kinds, those kinds as written ("local,taylor": a name, not a registered kind)."""
+    kinds = {role: config.attention[role] or config.attention.name for role in roles}
+    if layer_kinds(config):
+        kinds |= {role: ",".join(layer_kinds(config)) for role in roles if role in SELF_ROLES}
+    return kinds
+
+
+def kinds_in_use(config, roles: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """Each of `roles` -> the registered kinds its layers take."""
+    layers = layer_kinds(config)
+    return {role: layers if layers and role in SELF_ROLES else (config.attention[role] or config.attention.name,)
+            for role in roles}
 
 
 def kind_field(config, role: str) -> str:
-    """The field that sets `role`'s kind: attention.<role> where it is set, else attention.name."""
+    """The field that sets `role`'s kind: model.layer_kinds in a self-attention role where it is set, else
+    attention.<role> where that is set, else attention.name."""
+    if layer_kinds(config) and role in SELF_ROLES:
+        return "model.layer_kinds"
     return f"attention.{role}" if config.attention[role] else "attention.name"
 
 
 def check_incremental(config, roles: tuple[str, ...], need: str) -> None:
     """Refuses in `roles`, which `need` it (attend causally, are decoded one position at a time), a kind that
     is not incremental (attention/score_base.py): it would raise only once the model runs."""
-    for role, kind in role_kinds(config, roles).items():
-        if kind in attention.names() and not registry.get(kind).incremental:
-            raise ConfigError(f"config.{kind_field(config, role)}={kind!r}: the {role} role {need}, and kind "
-                              f"{kind!r} cannot: a row of its weights depends on the later queries; give "
-                              f"attention.{role} another kind")
+    for role, kinds in kinds_in_use(config, roles).items():
+        for kind in kinds:
+            if kind in attention.names() and not registry.get(kind).incremental:
+                raise ConfigError(f"config.{kind_field(config, role)}={role_kinds(config, (role,))[role]!r}: the "
+                                  f"{role} role {need}, and kind {kind!r} cannot: a row of its weights depends on "
+                                  f"the later queries; give {kind_field(config, role)} another kind")
 
 
 def kind_options(config, roles: tuple[str, ...]) -> dict[str, dict]:
     """Options for each registered kind in use, taken from `config.attention.*` (a model's own name for
     attending to nothing, the RNN's "none", has none)."""
     candidates = {key: value for key, value in config.attention.items() if key not in ("name", *ROLES)}
-    return {kind: attention.select_options(kind, candidates) for kind in set(role_kinds(config, roles).values())
-            if kind in attention.names()}
+    in_use = {kind for kinds in kinds_in_use(config, roles).values() for kind in kinds}
+    return {kind: attention.select_options(kind, candidates) for kind in in_use if kind in attention.names()}
 
 
 def transformer_spec(config, max_len: int, roles: tuple[str, ...]) -> TransformerSpec:
@@ -50,4 +71,5 @@ def transformer_spec(config, max_len: int, roles: tuple[str, ...]) -> Transforme
         dropout_rate=model.dropout_rate, max_len=max_len, positions=model.positions,
         tied_embeddings=model.get("tied_embeddings", True),  # a classifier has its own output layer
         qk_head_dim=model.qk_head_dim, conv_kernel=model.conv_kernel, conv_centered=model.conv_centered,
-        attention=role_kinds(config, roles), attention_options=kind_options(config, roles))
+        attention={role: kinds[0] for role, kinds in kinds_in_use(config, roles).items()},
+        layer_kinds=layer_kinds(config), attention_options=kind_options(config, roles))

@@ -5,7 +5,7 @@ import os
 import attention
 import tasks
 from attention import fused, linear_pallas, registry
-from models import CAUSAL_ROLES, ROLES
+from models import CAUSAL_ROLES, ROLES, SELF_ROLES
 from runtime import profiling, workdirs
 from training import model_config, sharding, steps
 from training.config_checks import ConfigError, check_int, check_number, choice
@@ -44,8 +44,11 @@ def _check_attention_fields(config, task) -> None:
         if config.attention[role] and role not in model_roles:
             raise ConfigError(f"config.attention.{role}={config.attention[role]!r}: the {task.NAME} task's "
                               f"model has no {role} attention (its roles: {', '.join(model_roles)})")
-    for role, kind in model_config.role_kinds(config, model_roles).items():
-        choice(model_config.kind_field(config, role), kind, task.allowed_kinds(config))
+    _check_layer_kinds(config, model_roles)
+    for role, kinds in model_config.kinds_in_use(config, model_roles).items():
+        field = model_config.kind_field(config, role)
+        for layer, kind in enumerate(kinds):
+            choice(f"{field} (layer {layer})" if len(kinds) > 1 else field, kind, task.allowed_kinds(config))
     model_config.check_incremental(config, tuple(role for role in model_roles if role in CAUSAL_ROLES),
                                    "attends causally")
     known_options = attention.all_options() | {"name", *ROLES}
@@ -53,6 +56,21 @@ def _check_attention_fields(config, task) -> None:
         if successors := registry.replacement(key):
             raise ConfigError(f"config.attention.{key} is replaced by {successors}")
         choice(f"attention.{key} (an attention option)", key, sorted(known_options))
+
+
+def _check_layer_kinds(config, model_roles: tuple[str, ...]) -> None:
+    """model.layer_kinds: a text, one kind for each of the model's layers, in a model with self-attention."""
+    text = config.model.get("layer_kinds", "")
+    if not isinstance(text, str):
+        raise ConfigError(f"config.model.layer_kinds={text!r} must be a text: kinds separated by commas")
+    if not (kinds := model_config.layer_kinds(config)):
+        return
+    if not any(role in SELF_ROLES for role in model_roles):
+        raise ConfigError(f"config.model.layer_kinds={text!r}: this model has no self-attention (its roles: "
+                          f"{', '.join(model_roles)}); leave it empty")
+    if len(kinds) != config.model.num_layers:
+        raise ConfigError(f"config.model.layer_kinds={text!r} names {len(kinds)} kind(s) for "
+                          f"config.model.num_layers={config.model.num_layers}: one a layer")
 
 
 # Implementations that run on some devices only: option -> (value, why it cannot run on this process's, or None).
