@@ -19,20 +19,22 @@ def layer_kinds(config) -> tuple[str, ...]:
     return tuple(kind.strip() for kind in text.split(",")) if text else ()
 
 
-def role_kinds(config, roles: tuple[str, ...]) -> dict[str, str]:
-    """The attention kind of each of `roles`: the role's override, else `attention.name`; a self-attention
-    role of a model with layer_kinds, those kinds as written ("local,taylor": a name, not a registered kind)."""
-    kinds = {role: config.attention[role] or config.attention.name for role in roles}
-    if layer_kinds(config):
-        kinds |= {role: ",".join(layer_kinds(config)) for role in roles if role in SELF_ROLES}
-    return kinds
+def _role_kind(config, role: str) -> str:
+    """The role's override, else attention.name."""
+    return config.attention[role] or config.attention.name
 
 
 def kinds_in_use(config, roles: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
-    """Each of `roles` -> the registered kinds its layers take."""
+    """Each of `roles` -> the kinds its layers take: layer_kinds in a self-attention role where they are set,
+    else its own kind alone."""
     layers = layer_kinds(config)
-    return {role: layers if layers and role in SELF_ROLES else (config.attention[role] or config.attention.name,)
-            for role in roles}
+    return {role: layers if layers and role in SELF_ROLES else (_role_kind(config, role),) for role in roles}
+
+
+def role_kinds(config, roles: tuple[str, ...]) -> dict[str, str]:
+    """The attention kind of each of `roles` as eval.json names it: its kind, or where model.layer_kinds sets
+    its layers' kinds, those joined by commas as written ("local,taylor": a name, not a registered kind)."""
+    return {role: ",".join(kinds) for role, kinds in kinds_in_use(config, roles).items()}
 
 
 def kind_field(config, role: str) -> str:
@@ -71,5 +73,5 @@ def transformer_spec(config, max_len: int, roles: tuple[str, ...]) -> Transforme
         dropout_rate=model.dropout_rate, max_len=max_len, positions=model.positions,
         tied_embeddings=model.get("tied_embeddings", True),  # a classifier has its own output layer
         qk_head_dim=model.qk_head_dim, conv_kernel=model.conv_kernel, conv_centered=model.conv_centered,
-        attention={role: kinds[0] for role, kinds in kinds_in_use(config, roles).items()},
+        attention={role: _role_kind(config, role) for role in roles},
         layer_kinds=layer_kinds(config), attention_options=kind_options(config, roles))
