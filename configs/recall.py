@@ -379,6 +379,8 @@ _BASED_LAYERS_CONTRASTS = (
                    {"taylor_d4_local_w4_N16": 1.0, "taylor_d4_N16": -1.0}),
     grids.Contrast("window layer, then Taylor, minus the one-layer mix (positive: the mix was the cost)",
                    {"local_w4_taylor_d4_N16": 1.0, "based_d4_w4_N16": -1.0}),
+    grids.Contrast("Taylor, then window layer, minus the one-layer mix (added once the rate picks were seen)",
+                   {"taylor_d4_local_w4_N16": 1.0, "based_d4_w4_N16": -1.0}),
 )
 
 
