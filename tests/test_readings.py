@@ -689,7 +689,7 @@ def bound_of(report_dir: str, run: str) -> int:
 
 
 CLAIMS = [  # (doc, words, whether the results bear them out)
-    (RESULTS, "Neither held; the order decides.",  # one order within 15 points of Taylor, the other below 20%? no
+    (RESULTS, "Neither held; the order decides.",  # not each order within 15 points of Taylor, nor both below 20%
      lambda: query_accuracy(BASED_LAYERS, "local_w4_taylor_d4_N16") < query_accuracy(BASED_LAYERS, "taylor_d4_N16") - 15
      and query_accuracy(BASED_LAYERS, "taylor_d4_local_w4_N16") > 20),
     (RESULTS, "no run reached 99%, so every one trained the 64 epochs",
