@@ -49,11 +49,13 @@ def check_incremental(config, roles: tuple[str, ...], need: str) -> None:
     """Refuses in `roles`, which `need` it (attend causally, are decoded one position at a time), a kind that
     is not incremental (attention/score_base.py): it would raise only once the model runs."""
     for role, kinds in kinds_in_use(config, roles).items():
+        field = kind_field(config, role)
+        remedy = field if field == "model.layer_kinds" else f"attention.{role}"  # the role alone, not every role
         for kind in kinds:
             if kind in attention.names() and not registry.get(kind).incremental:
-                raise ConfigError(f"config.{kind_field(config, role)}={role_kinds(config, (role,))[role]!r}: the "
-                                  f"{role} role {need}, and kind {kind!r} cannot: a row of its weights depends on "
-                                  f"the later queries; give {kind_field(config, role)} another kind")
+                raise ConfigError(f"config.{field}={role_kinds(config, (role,))[role]!r}: the {role} role {need}, "
+                                  f"and kind {kind!r} cannot: a row of its weights depends on the later queries; "
+                                  f"give {remedy} another kind")
 
 
 def kind_options(config, roles: tuple[str, ...]) -> dict[str, dict]:
