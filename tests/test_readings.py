@@ -501,6 +501,16 @@ READINGS = [
             (".2f", ".2f", ".2f", ".1f", ".2f", ".2f")),
     Reading(README, "with a window of 0 it recalls {}%, and 4 times the steps lift it to {}%",
             lambda: (query_accuracy(BASED_PARTS, "based_d4_w0_N16"), query_accuracy(BASED_PARTS, LONG_BASED))),
+    # the rank-or-shape study at L = 512 (part 7)
+    Reading(RESULTS, "reaches {} ± {}%, where it reached {} ± {}% at L = 128, at the rate it picked inside its grid "
+            "(1e-2: {}% on validation after 500 steps, against {}% to {}% at the other three)",
+            lambda: (*rank_or_shape_accuracy("softmax_L512"), *rank_or_shape_accuracy("softmax"),
+                     max(pick_validation(RANK_OR_SHAPE, "softmax_L512")),
+                     *sorted(pick_validation(RANK_OR_SHAPE, "softmax_L512"))[0:3:2]), ".2f"),
+    Reading(RESULTS, "Over 4 times the keys its rows' effective rank rose from {} to {} and their entropy from {} to {} of "
+            "the maximum", lambda: (*(rank_or_shape_layers_mean(run, "effective_rank") for run in ("softmax", "softmax_L512")),
+                                    *(rank_or_shape_layers_mean(run, "entropy_fraction")
+                                      for run in ("softmax", "softmax_L512"))), (".2f", ".2f", ".3f", ".3f")),
     # Based in layers of its own
     Reading(RESULTS, "Taylor first, then the window: {} ± {}%, {} points below Taylor in both layers (95% CI {} to {}) "
             "and {} above the one-layer mix (95% CI {} to {}; this contrast added once the rate picks were seen)",
