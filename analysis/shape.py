@@ -123,7 +123,8 @@ def summarize_shape(rows: dict, selections: dict, softmax: dict) -> list[dict]:
     for role, role_rows in rows.items():
         for name, selected in selections[role].items():
             for layer in range(len(role_rows["mass"])):
-                means = head_means({key: values[layer] for key, values in role_rows.items()}, selected, softmax[role][layer])
+                layer_rows = {key: values[layer] for key, values in role_rows.items()}
+                means = head_means(layer_rows, selected, softmax[role][layer])
                 summary += [{"role": role, "layer": layer, "head": head, "query_rows": name,
                              "rows": int(means["rows"][head])}
                             | {metric: _number(means[metric][head]) for metric in METRIC_NAMES}

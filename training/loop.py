@@ -318,8 +318,9 @@ def _train_steps(run: _Run, start: _Start, checkpoints: Checkpoints, writer: Met
                 _log_train_window(run, writer, window.take(), progress, done, elapsed())
             with progress.paused():
                 trace.after_step(done, state)
-                stops_early = run.data.validation is not None and _due(done, config.eval_every_steps, total) \
-                    and metrics.reaches_stop(config, _evaluate_validation(run, writer, eval_step, state, done, elapsed()))
+                validates = run.data.validation is not None and _due(done, config.eval_every_steps, total)
+                stops_early = validates and metrics.reaches_stop(
+                    config, _evaluate_validation(run, writer, eval_step, state, done, elapsed()))
                 if stops_early and window.steps:
                     _log_train_window(run, writer, window.take(), progress, done, elapsed())
                 if _due(done, config.checkpoint_every_steps, total) or stop.signum or stops_early:
