@@ -501,6 +501,18 @@ READINGS = [
             (".2f", ".2f", ".2f", ".1f", ".2f", ".2f")),
     Reading(README, "with a window of 0 it recalls {}%, and 4 times the steps lift it to {}%",
             lambda: (query_accuracy(BASED_PARTS, "based_d4_w0_N16"), query_accuracy(BASED_PARTS, LONG_BASED))),
+    # the README's MLM paragraph on the rank-or-shape study
+    Reading(README, "parts 1 to 7 of 8: L = 128, 2,000 steps, 3 seeds): bounding softmax's own weights at rank 32 costs "
+            "{} points (95% CI {} to {}) where elu + 1 (m = 32) trails by {} ({} to {})",
+            lambda: (*below(rank_or_shape_contrast("rank: rank-32 softmax's gap")),
+                     *below(rank_or_shape_contrast("linear's gap to softmax at L = 128")))),
+    Reading(README, "rank-32 softmax keeps rows at {} of the maximum entropy where elu + 1's are nearly flat ({})",
+            lambda: tuple(rank_or_shape_layers_mean(run, "entropy_fraction") for run in ("softmax_rank32", "linear")),
+            ".3f"),
+    Reading(README, "At L = 512 softmax keeps its accuracy ({}%) with its rows' effective rank at {} of 512 keys; elu + 1 "
+            "there",
+            lambda: (rank_or_shape_accuracy("softmax_L512")[0], rank_or_shape_layers_mean("softmax_L512", "effective_rank")),
+            (".2f", ".0f")),
     # the rank-or-shape study at L = 512 (part 7)
     Reading(RESULTS, "reaches {} ± {}%, where it reached {} ± {}% at L = 128, at the rate it picked inside its grid "
             "(1e-2: {}% on validation after 500 steps, against {}% to {}% at the other three)",
