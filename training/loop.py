@@ -222,8 +222,7 @@ def _metrics_writer(task, config, workdir: str, start_step: int) -> MetricsWrite
     """This process's MetricsWriter: in the workdir for the first (or only) host; the others, which compute
     the same metrics, log apart in process_<i>/ without W&B, so that no line of metrics.jsonl is written
     twice."""
-    kinds = tuple(sorted({kind for kinds in model_config.kinds_in_use(config, task.roles(config)).values()
-                          for kind in kinds}))
+    kinds = tuple(sorted(model_config.every_kind(config, task.roles(config))))
     if jax.process_index() == 0:
         return MetricsWriter(workdir, config, start_step, kinds, task.METRICS[0])
     directory = os.path.join(workdir, f"process_{jax.process_index()}")

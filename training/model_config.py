@@ -31,6 +31,11 @@ def kinds_in_use(config, roles: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
     return {role: layers if layers and role in SELF_ROLES else (_role_kind(config, role),) for role in roles}
 
 
+def every_kind(config, roles: tuple[str, ...]) -> set[str]:
+    """The kinds any layer of `roles` takes."""
+    return {kind for kinds in kinds_in_use(config, roles).values() for kind in kinds}
+
+
 def role_kinds(config, roles: tuple[str, ...]) -> dict[str, str]:
     """The attention kind of each of `roles` as eval.json names it: its kind, or where model.layer_kinds sets
     its layers' kinds, those joined by commas as written ("local,taylor": a name, not a registered kind)."""
@@ -53,7 +58,7 @@ def check_incremental(config, roles: tuple[str, ...], need: str) -> None:
         remedy = field if field == "model.layer_kinds" else f"attention.{role}"  # the role alone, not every role
         for kind in kinds:
             if kind in attention.names() and not registry.get(kind).incremental:
-                raise ConfigError(f"config.{field}={role_kinds(config, (role,))[role]!r}: the {role} role {need}, "
+                raise ConfigError(f"config.{field}={','.join(kinds)!r}: the {role} role {need}, "
                                   f"and kind {kind!r} cannot: a row of its weights depends on the later queries; "
                                   f"give {remedy} another kind")
 
@@ -62,8 +67,8 @@ def kind_options(config, roles: tuple[str, ...]) -> dict[str, dict]:
     """Options for each registered kind in use, taken from `config.attention.*` (a model's own name for
     attending to nothing, the RNN's "none", has none)."""
     candidates = {key: value for key, value in config.attention.items() if key not in ("name", *ROLES)}
-    in_use = {kind for kinds in kinds_in_use(config, roles).values() for kind in kinds}
-    return {kind: attention.select_options(kind, candidates) for kind in in_use if kind in attention.names()}
+    return {kind: attention.select_options(kind, candidates) for kind in every_kind(config, roles)
+            if kind in attention.names()}
 
 
 def transformer_spec(config, max_len: int, roles: tuple[str, ...]) -> TransformerSpec:
