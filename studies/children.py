@@ -78,7 +78,8 @@ def _stop_all() -> list[subprocess.Popen]:
 
 
 def _end_all() -> int:
-    """Stops every running training process and waits for it (SIGKILL past STOP_WAIT_S)."""
+    """Stops every running training process and waits for it (SIGKILL past STOP_WAIT_S); returns how many
+    this block has stopped, those that ended between the signal's SIGTERM and this wait included."""
     running = _stop_all()
     for process in running:
         try:
@@ -89,7 +90,7 @@ def _end_all() -> int:
             process.wait()
     with _guard:
         _running.difference_update(running)
-    return len(running)
+        return len(_signalled)
 
 
 class _Stop(BaseException):

@@ -31,7 +31,18 @@ def _gone(pid: int, within_s: float = 20.0) -> bool:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_to_the_study_stops_its_training_processes_first(signum, capsys):
+@pytest.mark.parametrize("ends_before_the_wait", [False, True])
+def test_a_signal_to_the_study_stops_its_training_processes_first(signum, ends_before_the_wait, capsys,
+                                                                    monkeypatch):
+    if ends_before_the_wait:  # the order a loaded machine gives: the child is reaped before the study counts
+        stop_all = children._stop_all
+
+        def stop_and_reap():
+            running = stop_all()
+            for process in running:
+                process.wait()
+            return running
+        monkeypatch.setattr(children, "_stop_all", stop_and_reap)
     with pytest.raises(SystemExit) as stopped:
         with children.ended_on_exit():
             process = children.start(SLEEP)
