@@ -462,11 +462,13 @@ def write_report(
     picks: dict[str, dict] | None = None,
     notes: str = "",
     contrasts: tuple = (),
+    verdict: str = "",
 ) -> str:
     """Writes out_dir/report.md of `task` (tasks/interface.py), its PNG plots and results.json (every run's
     per-seed results, the numbers behind the tables); returns the report's path. `picks`: each run's
     candidates where the study picks a field on validation (runner.pick_record); `notes`: the study's own
-    text (grids.Study.notes), under the command; `contrasts`: its predictions as numbers (grids.Contrast)."""
+    text (grids.Study.notes), under the command; `contrasts`: its predictions as numbers (grids.Contrast);
+    `verdict`: which of them held (grids.Study.verdict), under their table."""
     os.makedirs(out_dir, exist_ok=True)
     body = task.report_sections(results, spectra, out_dir, head_dim)
     if contrasts:
@@ -474,7 +476,8 @@ def write_report(
                     f"{task.METRICS[0]}, seed by seed over the seeds every term has (a run's test value, or "
                     f"run@step: its validation value at that step), in points (100 x the metric), with its 95% "
                     f"interval (Student's t, n - 1 degrees of freedom).",
-                    contrast_table(task.METRICS[0], contrasts, results)]
+                    contrast_table(task.METRICS[0], contrasts, results),
+                    f"Which held, written once every contrast was in: {verdict}" if verdict else ""]
     if stopping := stopping_table(results):
         body += ["## Early stopping\n\nRuns that stop at the first periodic validation reaching a value "
                  "(config.eval.stop_metric, stop_at): the step each seed stopped at, in passes over the training "

@@ -45,6 +45,7 @@ class Study:
     pick: Pick | None = None  # a field each run chooses on validation first
     notes: str = ""  # printed in the report under its command: what the study is, and is not, e.g. a paper's setup
     contrasts: tuple[Contrast, ...] = ()  # its predictions as numbers, each with an interval in the report
+    verdict: str = ""  # which prediction held, written once the contrasts were in; printed under them
 
     def __post_init__(self):
         if self.sweep and self.pick:  # a W&B grid trains every run at once: no stage to pick in first

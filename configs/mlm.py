@@ -179,6 +179,14 @@ hedgehog_distilled (part 4) picked 3e-3, the grid's lowest, before its seeds had
 softmax at L = 512 is not run here: its eigendecompositions of 512 x 512 matrices made a step 6.5x softmax's
 (5 s against 0.77 s on both cores), about 9 hours for that arm alone; it is left to an accelerator."""
 
+_RANK_OR_SHAPE_VERDICT = """rank held in part: rank-32 softmax lost points to softmax (an interval below 0), and linear's gap grew from L = 128 to
+L = 512 (an interval that only just excludes 0), but rank-32 softmax stayed nearer softmax than linear (its
+lead over linear excludes 0), with rows much sharper than linear's at the same rank (the row entropy columns below).
+The shape prediction's arm did not test it: distilled Hedgehog kept linear's flat rows and closed nothing. Learning
+speed did not hold: the gap did not shrink from step 500 to 2,000. At L = 512 linear's rows also grew flatter, so that
+part does not separate rank from shape by itself. Verdict: the rank bound costs accuracy, more as L/m grows, but most
+of linear's loss at L = 128 comes with its flat rows (docs/results.md, "Rank or shape")."""
+
 
 def _gap_change(run: str, reference: str, base_run: str, base_reference: str) -> dict[str, float]:
     """Weights of (run - reference) - (base_run - base_reference): how a gap differs from a base gap."""
@@ -213,7 +221,7 @@ def _study_rank_or_shape() -> grids.Study:
     pick = grids.Pick("learning_rate", (1e-3, 3e-3, 1e-2, 3e-2),
                       {"num_train_steps": 500, "eval_every_steps": 500, "checkpoint_every_steps": 500})
     return grids.Study("configs/mlm.py:standard", schedule, _rank_or_shape_runs(), seeds=3, pick=pick,
-                       notes=_RANK_OR_SHAPE_NOTES, contrasts=_RANK_OR_SHAPE_CONTRASTS)
+                       notes=_RANK_OR_SHAPE_NOTES, contrasts=_RANK_OR_SHAPE_CONTRASTS, verdict=_RANK_OR_SHAPE_VERDICT)
 
 
 STUDIES = {

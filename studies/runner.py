@@ -180,7 +180,7 @@ def _write_report(task: str, preset: str, command: str, records: dict[str, dict]
     picks = {name: record["pick"] for name, record in records.items() if record.get("pick")}
     study = get_study(task, preset)
     path = report.write_report(tasks.get(task), preset, command, results, spectra, out_dir, head_dim(results), picks,
-                               study.notes, study.contrasts)
+                               study.notes, study.contrasts, study.verdict)
     print(f"\n{report.accuracy_table(tasks.get(task).METRICS, results)}\n\nreport: {path}", flush=True)
 
 
@@ -224,11 +224,12 @@ def rewrite_report(task: str, preset: str, reports_dir: str) -> str:
         raise StudyError(f"{out_dir} has no {RUNS_JSON}: its {report.SPECTRA_PLOT} needs the runs' spectra")
     results = read_study_file(os.path.join(out_dir, report.RESULTS_JSON), task, preset)
     study = get_study(task, preset)
-    # A study's notes and contrasts describe its runs: a report of runs it no longer has (renamed since) goes
-    # without them.
+    # A study's notes, contrasts and verdict describe its runs: a report of runs it no longer has (renamed since)
+    # goes without them.
     current = set(results) <= {run.name for run in study.runs}
     return report.write_report(tasks.get(task), preset, command, results, {}, out_dir, head_dim(results),
-                               notes=study.notes if current else "", contrasts=study.contrasts if current else ())
+                               notes=study.notes if current else "", contrasts=study.contrasts if current else (),
+                               verdict=study.verdict if current else "")
 
 
 def _picked(task: str, preset: str, study: Study, runs: list[Run], runs_dir: str, extra: list[str],

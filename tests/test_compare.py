@@ -285,9 +285,12 @@ def test_a_report_with_contrasts_puts_them_before_the_tasks_sections(tmp_path):
     contrast = grids.Contrast("softmax above performer", {"softmax": 1.0, "performer_m16": -1.0})
     seeded = {name: [{**result, "config": {"seed": seed}} for seed, result in enumerate(evals)]
               for name, evals in RESULTS.items()}
-    text = open(report.write_report(mlm, "quick", "cmd", seeded, {}, str(tmp_path), contrasts=(contrast,))).read()
+    text = open(report.write_report(mlm, "quick", "cmd", seeded, {}, str(tmp_path), contrasts=(contrast,),
+                                    verdict="softmax led.")).read()
     section = text.index("## Predictions against results")
     assert section == text.index("## ") and "| softmax above performer | softmax - performer_m16 |" in text
+    table_end = text.index("\n\n", text.index("| softmax above performer |"))
+    assert text[table_end:].startswith("\n\nWhich held, written once every contrast was in: softmax led.\n\n## ")
 
 
 def test_a_report_of_eval_json_written_before_shapes_has_dashes_and_no_entropy_plot(tmp_path):
