@@ -478,6 +478,8 @@ def write_report(
                     f"interval (Student's t, n - 1 degrees of freedom).",
                     contrast_table(task.METRICS[0], contrasts, results),
                     f"Which held, written once every contrast was in: {verdict}" if verdict else ""]
+    elif verdict:
+        body[:0] = [f"## Which prediction held\n\nWritten once every run was in: {verdict}"]
     if stopping := stopping_table(results):
         body += ["## Early stopping\n\nRuns that stop at the first periodic validation reaching a value "
                  "(config.eval.stop_metric, stop_at): the step each seed stopped at, in passes over the training "

@@ -293,6 +293,11 @@ def test_a_report_with_contrasts_puts_them_before_the_tasks_sections(tmp_path):
     assert text[table_end:].startswith("\n\nWhich held, written once every contrast was in: softmax led.\n\n## ")
 
 
+def test_a_verdict_without_contrasts_opens_the_report(tmp_path):
+    text = open(report.write_report(mlm, "quick", "cmd", RESULTS, {}, str(tmp_path), verdict="softmax led.")).read()
+    assert text.index("## Which prediction held\n\nWritten once every run was in: softmax led.\n") == text.index("## ")
+
+
 def test_a_report_of_eval_json_written_before_shapes_has_dashes_and_no_entropy_plot(tmp_path):
     old = {"performer_m16": RESULTS["performer_m16"]}
     text = open(report.write_report(mlm, "quick", "cmd", old, {}, str(tmp_path))).read()

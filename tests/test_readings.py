@@ -26,6 +26,7 @@ MLM = "reports/mlm/standard"
 RANK_OR_SHAPE = "reports/mlm/rank_or_shape"
 INTERVENTIONS = "reports/mlm/rank_or_shape/interventions"
 RECALL_STATE = "reports/recall/state"
+STATE_BIDIRECTIONAL = "reports/recall/state_bidirectional"
 GATE_INIT = "reports/recall/gate_init"
 BASED_PARTS = "reports/recall/based_parts"
 BASED_LAYERS = "reports/recall/based_layers"
@@ -590,6 +591,31 @@ READINGS = [
     Reading(README, "Taylor first recalls {}%, the window first {}%",
             lambda: (query_accuracy(BASED_LAYERS, "taylor_d4_local_w4_N16"),
                      query_accuracy(BASED_LAYERS, "local_w4_taylor_d4_N16"))),
+    # the state study in the encoder form
+    Reading(RESULTS, "DeltaNet {} ± {}% and Gated DeltaNet {} ± {}% at d' = 16, where elu + 1 with the same 1,024 numbers "
+            "recalls {} ± {}%; at d' = 4 (256 numbers) DeltaNet {} ± {}% and Gated DeltaNet {} ± {}%, against elu + 1's "
+            "{}% here and DeltaNet's own {}% in the causal form. GLA stays below elu + 1 at both states ({}% and {} ± {}%, "
+            "one seed at {}%)",
+            lambda: (*(value for run in ("delta_d16_N16", "gated_delta_d16_b5_N16", "linear_d16_N16", "delta_d4_N16",
+                                         "gated_delta_d4_b5_N16")
+                       for value in query_accuracy_std(STATE_BIDIRECTIONAL, run)),
+                     query_accuracy(STATE_BIDIRECTIONAL, "linear_d4_N16"), query_accuracy(RECALL_STATE, "delta_d4_N16"),
+                     query_accuracy(STATE_BIDIRECTIONAL, "gated_linear_d4_per_feature_N16"),
+                     *query_accuracy_std(STATE_BIDIRECTIONAL, "gated_linear_d16_per_feature_N16"),
+                     min(seed_accuracies(STATE_BIDIRECTIONAL, "gated_linear_d16_per_feature_N16"))), ".2f"),
+    Reading(RESULTS, "at d' = 4 its 16 query rows have a numerical rank of {} in the first layer, where elu + 1's cannot "
+            "pass {} ({})",
+            lambda: (report.layer_ranks(_results(STATE_BIDIRECTIONAL)["delta_d4_N16"])[0]["numerical_rank"],
+                     bound_of(STATE_BIDIRECTIONAL, "linear_d4_N16"),
+                     report.layer_ranks(_results(STATE_BIDIRECTIONAL)["linear_d4_N16"])[0]["numerical_rank"]),
+            (".2f", "d", ".2f")),
+    Reading(README, "DeltaNet recalls {}% at d' = 16 and {}% at d' = 4 (256 numbers), where elu + 1 recalls {}% and {}%",
+            lambda: tuple(query_accuracy(STATE_BIDIRECTIONAL, run)
+                          for run in ("delta_d16_N16", "delta_d4_N16", "linear_d16_N16", "linear_d4_N16")), ".2f"),
+    Reading(README, "state_bidirectional (the encoder form: DeltaNet {}% at d' = 16 and {}% at d' = 4, where elu + 1 "
+            "reaches {}%)",
+            lambda: tuple(query_accuracy(STATE_BIDIRECTIONAL, run)
+                          for run in ("delta_d16_N16", "delta_d4_N16", "linear_d4_N16"))),
     # the rank-or-shape study's centred convolution (part 5)
     Reading(RESULTS, "{} ± {}%, {} points above the left-only convolution (95% CI {} to {}), with flatter rows ({} of "
             "the maximum entropy against {}; {} in its second layer) and a lower effective rank ({})",
