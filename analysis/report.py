@@ -451,6 +451,17 @@ def contrast_table(metric: str, contrasts: tuple, results: dict[str, list[dict]]
     return "\n".join(lines)
 
 
+def _prediction_sections(metric: str, results: dict[str, list[dict]], contrasts: tuple, verdict: str) -> list[str]:
+    """The report's opening sections: the study's contrasts, with its verdict under them, or the verdict alone."""
+    if not contrasts:
+        return [f"## Which prediction held\n\nWritten once every run was in: {verdict}"] if verdict else []
+    return [f"## Predictions against results\n\nEach prediction above as one number: a weighted sum of runs' {metric}, "
+            f"seed by seed over the seeds every term has (a run's test value, or run@step: its validation value at "
+            f"that step), in points (100 x the metric), with its 95% interval (Student's t, n - 1 degrees of freedom).",
+            contrast_table(metric, contrasts, results),
+            f"Which held, written once every contrast was in: {verdict}" if verdict else ""]
+
+
 def write_report(
     task,
     preset: str,
@@ -471,15 +482,7 @@ def write_report(
     `verdict`: which of them held (grids.Study.verdict), under their table."""
     os.makedirs(out_dir, exist_ok=True)
     body = task.report_sections(results, spectra, out_dir, head_dim)
-    if contrasts:
-        body[:0] = [f"## Predictions against results\n\nEach prediction above as one number: a weighted sum of runs' "
-                    f"{task.METRICS[0]}, seed by seed over the seeds every term has (a run's test value, or "
-                    f"run@step: its validation value at that step), in points (100 x the metric), with its 95% "
-                    f"interval (Student's t, n - 1 degrees of freedom).",
-                    contrast_table(task.METRICS[0], contrasts, results),
-                    f"Which held, written once every contrast was in: {verdict}" if verdict else ""]
-    elif verdict:
-        body[:0] = [f"## Which prediction held\n\nWritten once every run was in: {verdict}"]
+    body[:0] = _prediction_sections(task.METRICS[0], results, contrasts, verdict)
     if stopping := stopping_table(results):
         body += ["## Early stopping\n\nRuns that stop at the first periodic validation reaching a value "
                  "(config.eval.stop_metric, stop_at): the step each seed stopped at, in passes over the training "
