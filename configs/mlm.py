@@ -185,7 +185,8 @@ lead over linear excludes 0), with rows much sharper than linear's at the same r
 The shape prediction's arm did not test it: distilled Hedgehog kept linear's flat rows and closed nothing. Learning
 speed did not hold: the gap did not shrink from step 500 to 2,000. At L = 512 linear's rows also grew flatter, so that
 part does not separate rank from shape by itself. Verdict: the rank bound costs accuracy, more as L/m grows, but most
-of linear's loss at L = 128 comes with its flat rows (docs/results.md, "Rank or shape")."""
+of linear's loss at L = 128 lies beyond what the bound costs softmax, and goes with rows far flatter than rank-32
+softmax's; that the flatness is its cause no trained arm showed (docs/results.md, "Rank or shape")."""
 
 
 def _gap_change(run: str, reference: str, base_run: str, base_reference: str) -> dict[str, float]:

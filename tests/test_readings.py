@@ -527,7 +527,7 @@ READINGS = [
                      rank_or_shape_accuracy("linear_L512")[0], *below(rank_or_shape_contrast("rank: linear's gap at L = 512")),
                      rank_or_shape_layers_mean("linear_L512", "entropy_fraction")),
             (".2f", ".0f", ".2f", ".1f", ".1f", ".1f", ".3f")),
-    Reading(README, "at rank 32, elu + 1's flat rows trail softmax's shape by {} points ({} to {})",
+    Reading(README, "at rank 32, elu + 1 trails rank-32 softmax by {} points ({} to {}) with far flatter rows",
             lambda: rank_or_shape_contrast("rank-32 softmax above linear")),
     # the rank-or-shape study at L = 512 (parts 7 and 8) and its verdict
     Reading(RESULTS, "(part 8; the rate picked inside its grid, 1e-2: {}% on validation after 500 steps, against {}% to "
@@ -550,7 +550,8 @@ READINGS = [
             (".3f", ".3f", ".2f", "d", ".2f")),
     Reading(RESULTS, "(rank-32 softmax {} points below softmax at L = 128; elu + 1's gap {} points wider at L = 512), but "
             "it is not most of elu + 1's loss: at the same rank of {}, elu + 1 trails rank-32 softmax by {} points (95% "
-            "CI {} to {}), and what differs between them is the rows' shape ({} of the maximum entropy against {})",
+            "CI {} to {}), and what this study measured to differ between them is the rows' shape ({} of the maximum entropy "
+            "against {})",
             lambda: (below(rank_or_shape_contrast("rank: rank-32 softmax's gap"))[0],
                      below(rank_or_shape_contrast("rank: linear's gap at L = 512"))[0],
                      _one(bound_of(RANK_OR_SHAPE, run) for run in ("softmax_rank32", "linear")),
