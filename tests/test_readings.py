@@ -248,9 +248,14 @@ def recall_contrast(words: str, report_dir: str = BASED_PARTS) -> tuple[float, f
     the folder's name): mean and 95% interval, in points."""
     (contrast,) = [contrast for contrast in catalog.get_study("recall", os.path.basename(report_dir)).contrasts
                    if contrast.question.startswith(words)]
-    results = _results(report_dir)
-    values = [report._term_values(term, "query_accuracy", results) for term in contrast.terms]
-    mean, half_width, _ = stats.paired_combination(list(zip(contrast.terms.values(), values)))
+    return paired_points(contrast.terms, "query_accuracy", _results(report_dir))
+
+
+def paired_points(terms: dict[str, float], metric: str, results: dict) -> tuple[float, float, float]:
+    """The weighted sum of the runs' (or run@step's) `metric` in `terms`, paired by seed, as a report's contrast table
+    computes it: the mean and its 95% interval's ends, in points."""
+    values = [report._term_values(term, metric, results) for term in terms]
+    mean, half_width, _ = stats.paired_combination(list(zip(terms.values(), values)))
     return 100 * mean, 100 * (mean - half_width), 100 * (mean + half_width)
 
 
@@ -261,20 +266,7 @@ def rank_or_shape_contrast(words: str, report_dir: str = RANK_OR_SHAPE) -> tuple
     contrasts = (attention_interventions.CONTRASTS if report_dir == INTERVENTIONS
                  else catalog.get_study("mlm", "rank_or_shape").contrasts)
     (contrast,) = [contrast for contrast in contrasts if contrast.question.startswith(words)]
-    results = _results(report_dir)
-    values = [report._term_values(term, "masked_accuracy", results) for term in contrast.terms]
-    mean, half_width, _ = stats.paired_combination(list(zip(contrast.terms.values(), values)))
-    return 100 * mean, 100 * (mean - half_width), 100 * (mean + half_width)
-
-
-def rank_or_shape_difference(run: str, reference: str) -> tuple[float, float, float]:
-    """`run` minus `reference`, paired by seed, as the report's recall-slice section states it: the mean and its 95%
-    interval's ends, in points."""
-    results = _results(RANK_OR_SHAPE)
-    terms = [(weight, report._term_values(name, "masked_accuracy", results))
-             for name, weight in ((run, 1.0), (reference, -1.0))]
-    mean, half_width, _ = stats.paired_combination(terms)
-    return 100 * mean, 100 * (mean - half_width), 100 * (mean + half_width)
+    return paired_points(contrast.terms, "masked_accuracy", _results(report_dir))
 
 
 def pick_validation(report_dir: str, run: str) -> list[float]:
@@ -536,7 +528,8 @@ READINGS = [
             lambda: (max(pick_validation(RANK_OR_SHAPE, "linear_L512")),
                      *sorted(pick_validation(RANK_OR_SHAPE, "linear_L512"))[0:3:2],
                      *rank_or_shape_accuracy("linear_L512"),
-                     *below(rank_or_shape_difference("linear_L512", "softmax_L512")),
+                     *below(paired_points({"linear_L512": 1.0, "softmax_L512": -1.0}, "masked_accuracy",
+                                          _results(RANK_OR_SHAPE))),
                      *below(rank_or_shape_contrast("rank: linear's gap at L = 512"))),
             (".2f", ".2f", ".2f", ".2f", ".2f", ".1f", ".1f", ".1f", ".1f", ".1f", ".1f")),
     Reading(RESULTS, "The gap opened over training, not at the start: {}, {}, {} and {} points at steps 500, 1,000, 1,500 "
