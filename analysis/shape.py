@@ -28,7 +28,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-METRIC_NAMES = ("row_entropy", "entropy_fraction", "top1_weight", "top1_above_half", "logit_spread")
+METRIC_NAMES = ("row_entropy", "entropy_fraction", "top1_weight", "top1_above_half", "logit_spread", "negative_mass",
+                "row_sum_deviation")
 WEIGHT_FLOOR = float(np.finfo(np.float32).tiny)
 ALL_ROWS = "all"  # the selection of every unpadded query row
 
@@ -36,16 +37,18 @@ ALL_ROWS = "all"  # the selection of every unpadded query row
 def row_metrics(weights, allowed) -> dict:
     """Per row of `weights` [..., Lq, Lk] over the keys where `allowed` (bool, broadcastable) is True, as
     float32 arrays [..., Lq]: "mass" (the row's positive weight: 0 leaves the row nothing to measure),
-    "keys" (its allowed keys), "entropy" (nats), "top1" and "logit_spread" (NaN without an allowed key)."""
+    "negative" (its negative weight, as a positive number), "keys" (its allowed keys), "entropy" (nats), "top1"
+    and "logit_spread" (NaN without an allowed key)."""
     weights = jnp.asarray(weights, jnp.float32)
     allowed = jnp.broadcast_to(allowed, weights.shape)
     positive = jnp.where(allowed, jnp.maximum(weights, 0.0), 0.0)
+    negative = jnp.where(allowed, jnp.maximum(-weights, 0.0), 0.0).sum(-1)
     mass = positive.sum(-1)
     p = positive / jnp.where(mass > 0, mass, 1.0)[..., None]
     # 0 log 0 = 0: keys without weight add nothing to the entropy.
     entropy = -jnp.sum(p * jnp.log(jnp.where(p > 0, p, 1.0)), axis=-1)
-    return {"mass": mass, "keys": allowed.sum(-1).astype(jnp.float32), "entropy": entropy, "top1": p.max(-1),
-            "logit_spread": _log_spread(weights, allowed)}
+    return {"mass": mass, "negative": negative, "keys": allowed.sum(-1).astype(jnp.float32), "entropy": entropy,
+            "top1": p.max(-1), "logit_spread": _log_spread(weights, allowed)}
 
 
 def _log_spread(weights, allowed):
@@ -62,7 +65,9 @@ def head_means(rows: dict, selected, softmax: bool) -> dict:
     """Means per head of row_metrics' `rows` ([B, H, Lq] each) over the rows `selected` ([B, Lq] bool) that
     have weight: "rows" (how many, per head), and METRIC_NAMES as [H] float64 arrays. The entropy fraction
     leaves out rows of a single allowed key (log 1 = 0); a mean over no row is NaN, as is the logit spread
-    unless `softmax` (the kind's weights are a softmax of its scores)."""
+    unless `softmax` (the kind's weights are a softmax of its scores). The negative mass is a row's negative
+    weight over its total |weight|, the row-sum deviation |sum of its weights - 1|: both 0 for a distribution,
+    and what tells a signed control (softmax_rank's projection, mala) from one (landmark_softmax, elu + 1)."""
     rows = {name: np.asarray(values, np.float64) for name, values in rows.items()}
     counted = np.asarray(selected, bool)[:, None, :] & (rows["mass"] > 0)
     several = counted & (rows["keys"] > 1)
@@ -71,7 +76,9 @@ def head_means(rows: dict, selected, softmax: bool) -> dict:
              "row_entropy": _mean(rows["entropy"], counted),
              "entropy_fraction": _mean(fraction, several),
              "top1_weight": _mean(rows["top1"], counted),
-             "top1_above_half": _mean(rows["top1"] > 0.5, counted)}
+             "top1_above_half": _mean(rows["top1"] > 0.5, counted),
+             "negative_mass": _mean(rows["negative"] / (rows["mass"] + rows["negative"]), counted),
+             "row_sum_deviation": _mean(np.abs(rows["mass"] - rows["negative"] - 1), counted)}
     spread = _mean(rows["logit_spread"], counted) if softmax else np.full(len(means["rows"]), np.nan)
     return means | {"logit_spread": spread}
 

@@ -71,3 +71,30 @@ class SoftmaxAttention(DotAttention):
     spread near 1 at any head width."""
 
     scaled = True
+
+
+LOGIT_CAP = option_specs.Option(
+    "logit_cap", 1.0, "c of softmax_capped's logits c tanh(s / c): every row's entropy is at least that of keys at "
+    "+-c, 0.90 of the maximum at L = 128 for c = 1", rule=option_specs.positive("it bounds the logits to (-c, c)"))
+
+
+@register("softmax_capped")
+class CappedSoftmaxAttention(ScoreAttention):
+    """Scaled dot-product softmax over soft-capped logits c tanh(q.k / (sqrt(d) c)) (Gemma 2's logit cap): the
+    full-rank flat control. Logits inside (-c, c) bound how far a row can stray from uniform at any q and k: a
+    row's weights differ by at most a factor e^(2c), so at L = 128 and c = 1 no row falls below 0.90 of the
+    maximum entropy (k keys at +c and the rest at -c, the flattest limit, is lowest at k = 26), about the 0.95
+    elu + 1's trained rows sit at, while the matrix keeps the full numerical rank of softmax's. Near 0 the cap is
+    the identity (tanh(x) ~ x), so small scores are softmax's own.
+
+    A softmax over scores, so it decodes and attends causally as softmax does, with its cache of every key."""
+
+    OWN_OPTIONS = (LOGIT_CAP,)
+
+    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, logit_cap: float = 1.0, **base_options):
+        super().__init__(rngs=rngs, **base_options)
+        self.scale = head_dim**-0.5
+        self.logit_cap = logit_cap
+
+    def scores(self, q, k):
+        return self.logit_cap * jnp.tanh(dot_scores(q, k, self.scale) / self.logit_cap)

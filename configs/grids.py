@@ -46,12 +46,17 @@ class Study:
     notes: str = ""  # printed in the report under its command: what the study is, and is not, e.g. a paper's setup
     contrasts: tuple[Contrast, ...] = ()  # its predictions as numbers, each with an interval in the report
     verdict: str = ""  # which prediction held, written once the contrasts were in; printed under them
+    # Run name -> the preset of the same task whose published runs.json holds that run, trained as this study would
+    # train it (the same config, overrides, pick and seeds: studies/runner.py checks): read, never trained here.
+    borrowed: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         if self.sweep and self.pick:  # a W&B grid trains every run at once: no stage to pick in first
             raise ValueError(f"{self.config}: a study that picks {self.pick.field} on validation cannot be a W&B "
                              "sweep (sweep=True); run it with python -m scripts.compare")
         names = {run.name for run in self.runs}
+        if unknown := sorted(set(self.borrowed) - names):
+            raise ValueError(f"{self.config}: borrowed runs {', '.join(unknown)} are not runs of the study")
         for contrast in self.contrasts:
             runs, _, steps = zip(*(term.partition("@") for term in contrast.terms))
             if unknown := sorted(set(runs) - names):

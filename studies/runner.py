@@ -18,6 +18,8 @@ from training import evaluation
 from training.metrics import read_metrics
 
 RUNS_JSON = "runs.json"
+# The repository's root: a borrowed run is read from the published reports whatever --reports_dir this study uses.
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PICK_DIR = "pick"  # under a run's directory: the workdirs of its candidates
 ATTENTION_HEAD = 0  # the head of every run that the study's attention_maps.png draws
 
@@ -41,16 +43,45 @@ def part_runs(runs: list[Run], part: str) -> list[Run]:
 
 
 def select_runs(study: Study, only: str, part: str = "") -> list[Run]:
-    """The study's runs named in `only` (all when empty), then part `part` of them (part_runs); an unknown
-    name is an error."""
+    """The study's runs it trains (not those it borrows) named in `only` (all when empty), then part `part` of
+    them (part_runs); an unknown name is an error, and so is a borrowed one."""
+    trained = [run for run in study.runs if run.name not in study.borrowed]
     if not only:
-        return part_runs(study.runs, part)
-    known = [run.name for run in study.runs]
+        return part_runs(trained, part)
+    known = [run.name for run in trained]
     wanted = only.split(",")
+    if borrowed := [name for name in wanted if name in study.borrowed]:
+        raise ValueError(f"runs {', '.join(borrowed)} are borrowed from another study's published runs, not "
+                         f"trained here; this study trains: {', '.join(known)}")
     unknown = [name for name in wanted if name not in known]
     if unknown:
         raise ValueError(f"unknown runs {', '.join(unknown)}; this study's runs: {', '.join(known)}")
-    return part_runs([run for run in study.runs if run.name in wanted], part)
+    return part_runs([run for run in trained if run.name in wanted], part)
+
+
+def _training(study: Study, run: Run) -> tuple:
+    """What decides how a run trains: the config, every override in the order train.py applies them, the pick
+    and the seeds."""
+    return study.config, {**study.overrides, **run.overrides}, study.pick, study.seeds
+
+
+def borrowed_records(study: Study, task: str) -> dict[str, dict]:
+    """Run name -> the record (run_record's, with "borrowed_from": the preset) of each run the study borrows, from
+    the lending study's published runs.json; StudyError where the lender would train it otherwise, or has not
+    recorded it."""
+    records = {}
+    for name, preset in study.borrowed.items():
+        lender = get_study(task, preset)
+        mine = next(run for run in study.runs if run.name == name)
+        theirs = next((run for run in lender.runs if run.name == name), None)
+        if theirs is None or _training(lender, theirs) != _training(study, mine):
+            raise StudyError(f"run {name} is borrowed from {task}/{preset}, which trains no run of that name as this "
+                             f"study would (config, overrides, pick, seeds): train it here instead")
+        path = os.path.join(REPOSITORY, report_dir("reports", task, preset), RUNS_JSON)
+        if name not in (lent := read_study_file(path, task, preset) if os.path.exists(path) else {}):
+            raise StudyError(f"{path} records no run {name} to borrow: run {study_command(task, preset)} first")
+        records[name] = {**lent[name], "borrowed_from": preset}
+    return records
 
 
 def run_workdir(runs_dir: str, task: str, preset: str, run: Run, seed: int) -> str:
@@ -106,13 +137,15 @@ def read_study_file(path: str, task: str, preset: str) -> dict:
 def recorded_runs(workdirs: dict[str, list[str]], picks: dict[str, dict], out_dir: str,
                   study: Study, task: str, preset: str) -> dict[str, dict]:
     """Run name -> its record (`run_record`, with its `pick_record` under "pick" where the study picks), for
-    every run of the study that finished here or that runs.json in `out_dir` recorded (an earlier part's); a
-    run finished here replaces its recorded one. Writes the union back to runs.json."""
+    every run of the study that finished here, that it borrows (borrowed_records) or that runs.json in `out_dir`
+    recorded (an earlier part's); a run finished here replaces its recorded one. Writes the union back to
+    runs.json."""
     path = os.path.join(out_dir, RUNS_JSON)
     recorded = read_study_file(path, task, preset) if os.path.exists(path) else {}
     local = {name: {**record, **({"pick": picks[name]} if name in picks else {})}
              for name, seed_workdirs in workdirs.items() if (record := run_record(seed_workdirs))}
-    merged = {run.name: local.get(run.name) or recorded.get(run.name) for run in study.runs}
+    borrowed = borrowed_records(study, task)
+    merged = {run.name: local.get(run.name) or borrowed.get(run.name) or recorded.get(run.name) for run in study.runs}
     merged = {name: record for name, record in merged.items() if record}
     if merged:
         os.makedirs(out_dir, exist_ok=True)

@@ -99,3 +99,13 @@ def gated_linear(xp, q, k, allowed, arrays):
     key_valid = allowed[:, 0, -1, :]  # the last query's row: every allowed key, causal or not
     log_decay = gated_log_decay(xp, k, key_valid, q.shape[1], arrays["gate_weight"], arrays["gate_bias"])
     return _normalised(xp, phi(q), phi(k), allowed * xp.exp(log_decay))
+
+
+@dense_reference("mala", **CHUNKS)
+def mala(xp, q, k, allowed, arrays):
+    """A_ij = s_ij / (Z_i + eps) + s_ij - Z_i / N_i over the allowed keys, s = (elu + 1)(q).(elu + 1)(k), Z_i the
+    row's sum of s and N_i its number of allowed keys: MALA's beta s - gamma with beta = 1 + 1 / Z, gamma = Z / N."""
+    phi = lambda x: xp.where(x > 0, x + 1, xp.exp(xp.minimum(x, 0)))
+    scores = xp.einsum("bqhm,bkhm->bhqk", phi(q), phi(k)) * allowed
+    total, count = scores.sum(-1, keepdims=True), allowed.sum(-1, keepdims=True)
+    return (scores / (total + EPS) + scores - total / np.maximum(count, 1)) * allowed

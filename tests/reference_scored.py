@@ -115,3 +115,25 @@ def softmax_rank(xp, q, k, allowed, arrays):
     _, _, vt = xp.linalg.svd(weights if xp is np else jax.lax.stop_gradient(weights))
     top = vt[..., :RANK, :]
     return weights @ xp.swapaxes(top, -1, -2) @ top
+
+
+@dense_reference("softmax_capped", logit_cap=0.7)
+def softmax_capped(xp, q, k, allowed, arrays):
+    """Softmax over c tanh(s / c), s the scaled dot product: c = 0.7 caps the harness's scores (up to about 3)."""
+    return softmax(xp, 0.7 * xp.tanh(_scaled_dot(xp, q, k) / 0.7), allowed)
+
+
+@dense_reference("landmark_softmax", rank=RANK)
+def landmark_softmax(xp, q, k, allowed, arrays):
+    """P R through RANK landmarks, each the mean of the allowed keys of its third of the positions (positions
+    0-4, 5-8, 9-12 of the harness's 13; under its 4 padded keys the last holds none); a
+    mask finer than key padding (a query's row masked) cuts its entries and renormalises each row."""
+    num_keys = k.shape[1]
+    key_valid = allowed.any(axis=(1, 2))  # [B, Lk]
+    segment = np.arange(num_keys) * RANK // num_keys
+    member = (segment[:, None] == np.arange(RANK)[None, :])[None] & key_valid[:, :, None]  # [B, Lk, RANK]
+    landmarks = xp.einsum("bjs,bjhd->bshd", member * 1.0, k) / np.maximum(member.sum(1), 1)[:, :, None, None]
+    to_landmarks = softmax(xp, _scaled_dot(xp, q, landmarks), member.any(1)[:, None, None, :])
+    to_keys = softmax(xp, _scaled_dot(xp, landmarks, k), key_valid[:, None, None, :])
+    weights = xp.einsum("bhqs,bhsk->bhqk", to_landmarks, to_keys) * allowed
+    return weights / xp.maximum(weights.sum(-1, keepdims=True), 1e-30)

@@ -83,7 +83,7 @@ def test_pallas_where_no_role_is_kernelised_is_refused_in_one_line():
     assert _refusal(config) == (
         "config.attention.kernelized_implementation='pallas' is read by no kind in use (encoder_self: softmax, "
         "decoder_self: softmax, cross: local), only by " + _readers(
-            "based, cosformer, delta, exp_limit, gated_delta, gated_linear, hedgehog, linear, performer, relu, taylor",
+            "based, cosformer, delta, exp_limit, gated_delta, gated_linear, hedgehog, linear, mala, performer, relu, taylor",
             "kernelized_implementation") + "; leave it at 'auto'")
 
 
@@ -98,7 +98,7 @@ def test_cudnn_where_no_role_is_softmax_is_refused_in_one_line():
 def _replaced() -> str:
     return ("replaced by softmax_implementation (auto, xla, cudnn; read by dot, scaled_dot, softmax) and "
             "kernelized_implementation (auto, xla, pallas, autodiff; read by " + _readers(
-                "based, cosformer, delta, exp_limit, gated_delta, gated_linear, hedgehog, linear, performer, relu, "
+                "based, cosformer, delta, exp_limit, gated_delta, gated_linear, hedgehog, linear, mala, performer, relu, "
                 "taylor", "kernelized_implementation") + ")")
 
 

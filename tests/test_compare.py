@@ -87,7 +87,7 @@ def test_mlm_kinds_extends_quick_full_scales_standard_and_kinds_covers_every_kin
     assert full.runs == standard.runs and full.pick.values == standard.pick.values
     kinds = catalog.get_study("translation", "kinds")
     assert [run.name for run in kinds.runs] == [name for name in attention.names()
-                                                if name not in ("scaled_dot", "softmax_rank")]
+                                                if name not in ("scaled_dot", "softmax_rank", "landmark_softmax")]
 
 
 def test_each_preset_reports_in_its_own_directory():
@@ -374,6 +374,28 @@ def test_only_selects_runs_and_rejects_unknown_names():
     assert [run.name for run in runner.select_runs(study, "taylor,softmax")] == ["softmax", "taylor"]
     with pytest.raises(ValueError, match="unknown runs nope; this study's runs: softmax, linear"):
         runner.select_runs(study, "softmax,nope")
+
+
+def test_a_borrowed_run_is_read_from_the_lenders_published_record_and_never_trained(tmp_path):
+    """The controls study borrows softmax_centred and linear_centred from rank_or_shape: trained as rank_or_shape
+    trains them, so their records come from its published runs.json, marked; --only naming one is refused. A study
+    that would train a borrowed run otherwise (another pick) is refused before anything is read."""
+    study = catalog.get_study("mlm", "rank_or_shape_controls")
+    assert "softmax_centred" not in [run.name for run in runner.select_runs(study, "")]
+    with pytest.raises(ValueError, match="^runs linear_centred are borrowed from another study's published runs"):
+        runner.select_runs(study, "mala,linear_centred")
+    records = runner.borrowed_records(study, "mlm")
+    with open(os.path.join("reports", "mlm", "rank_or_shape", runner.RUNS_JSON)) as f:
+        lent = json.load(f)
+    assert records["linear_centred"] == {**lent["linear_centred"], "borrowed_from": "rank_or_shape"}
+    merged = runner.recorded_runs({}, {}, str(tmp_path), study, "mlm", "rank_or_shape_controls")
+    assert set(merged) == {"softmax_centred", "linear_centred"}
+    other_pick = grids.Pick("learning_rate", (1e-3,), study.pick.overrides)
+    otherwise = grids.Study(study.config, study.overrides, study.runs, study.seeds, pick=other_pick,
+                            borrowed=study.borrowed)
+    with pytest.raises(runner.StudyError, match="^run softmax_centred is borrowed from mlm/rank_or_shape, which "
+                                                "trains no run of that name as this study would"):
+        runner.borrowed_records(otherwise, "mlm")
 
 
 def test_the_head_dim_is_reported_only_where_every_run_shares_it():

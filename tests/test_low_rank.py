@@ -1,6 +1,7 @@
-"""softmax_rank (attention/low_rank.py) beyond the kind contract: the rank of its weights, softmax exactly
-where the bound cannot bind, gradients with the singular vectors held constant, and its refusals of causal
-attention, decoding and causal or decoded roles."""
+"""The rank-m controls (attention/low_rank.py) beyond the kind contract: softmax_rank's rank, softmax exactly where
+the bound cannot bind, gradients with the singular vectors held constant, its subspace basis against the exact one,
+and its refusals of causal attention, decoding and causal or decoded roles; landmark_softmax's rows (nonnegative,
+summing to 1) and rank, and its landmarks."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -144,3 +145,60 @@ def test_an_encoder_role_takes_it_with_its_rank_checked():
         config.attention.rank = 0
         with pytest.raises(ConfigError, match="kind 'softmax_rank': rank=0 must be an integer >= 1"):
             validate.validate(config)
+
+
+def _frobenius_excess(weights, projected, rank):
+    """||A - projected||_F over the optimum ||A - A_m||_F (Eckart-Young, from float64 singular values), less 1."""
+    s = np.linalg.svd(np.asarray(weights, np.float64), compute_uv=False)
+    optimum = np.sqrt((s[..., rank:] ** 2).sum(-1))
+    return np.linalg.norm(np.asarray(weights, np.float64) - np.asarray(projected, np.float64), axis=(-2, -1)) / optimum - 1
+
+
+def test_the_subspace_basis_matches_the_exact_one():
+    """Softmax rows at L = 64 sharpened like trained ones (scores scaled 2x), m = 8, keys padded in one example:
+    after 8 steps of subspace iteration the projection is the exact basis's to float32 round-off (its error within
+    1e-6 of the best rank-8 approximation's) and padded keys stay out exactly; one step alone is measurably worse,
+    so the steps are what the match rests on. Here s_17 / s_8 is about 0.7, so each step shrinks the error by about
+    0.5; at the MLM study's m = 32 and L = 128, 3 steps leave 0.005% at most (docs/benchmarks.md)."""
+    q, k, _ = _inputs(70, 2, 64, 64, 8)
+    key_valid = np.ones((2, 64), bool)
+    key_valid[0, 50:] = False
+    allowed = jnp.asarray(key_valid[:, None, None, :])
+    weights = attention.create("softmax", num_heads=2, head_dim=8, rngs=nnx.Rngs(0)).weights(*_f32(2 * q, k), allowed)
+    exact = low_rank.project_onto_top_rows(weights, allowed, 8)
+    eight, one = (low_rank.project_onto_top_rows(weights, allowed, 8, steps) for steps in (8, 1))
+    np.testing.assert_allclose(eight, exact, atol=2e-4)
+    assert np.all(np.asarray(eight)[0, :, :, 50:] == 0)
+    assert np.max(_frobenius_excess(weights, exact, 8)) < 1e-6
+    assert np.max(_frobenius_excess(weights, eight, 8)) < 1e-6
+    assert np.min(_frobenius_excess(weights, one, 8)) > 1e-2
+    module = attention.create("softmax_rank", num_heads=2, head_dim=8, rngs=nnx.Rngs(0), rank=8, basis_iterations=8)
+    np.testing.assert_allclose(module.weights(*_f32(2 * q, k), allowed), exact, atol=2e-4)
+
+
+def _landmarks(rank, head_dim):
+    return attention.create("landmark_softmax", num_heads=2, head_dim=head_dim, rngs=nnx.Rngs(0), rank=rank)
+
+
+def test_landmark_rows_are_nonnegative_sum_to_one_and_have_rank_at_most_m():
+    """The control elu + 1's bound stands for: every allowed row a distribution over the allowed keys (padded keys
+    exactly 0), and numerical rank at most m, where softmax's is that of its unpadded block."""
+    q, k, _ = _inputs(80, 2, 24, 24, 8)
+    key_valid = np.ones((2, 24), bool)
+    key_valid[1, 18:] = False
+    weights = np.asarray(_landmarks(4, 8).weights(*_f32(3 * q, k), jnp.asarray(key_valid[:, None, None, :])))
+    assert weights.min() >= 0 and np.all(weights[1, :, :, 18:] == 0)
+    np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
+    softmax = _softmax(3 * q, k, key_valid[:, None, None, :])
+    for b, keys in enumerate((24, 18)):
+        for head in range(2):
+            assert np.linalg.matrix_rank(weights[b, head]) <= 4
+            assert np.linalg.matrix_rank(softmax[b, head].astype(np.float32)) == keys
+
+
+def test_landmarks_are_the_means_of_the_allowed_keys_of_each_segment():
+    k = jnp.arange(2 * 7 * 1 * 1, dtype=jnp.float32).reshape(2, 7, 1, 1)
+    key_valid = jnp.asarray([[True] * 7, [True] * 4 + [False] * 3])
+    landmarks, occupied = low_rank.segment_means(k, key_valid, 3)  # segments: positions 0-2, 3-4, 5-6
+    np.testing.assert_allclose(landmarks[..., 0, 0], [[1.0, 3.5, 5.5], [8.0, 10.0, 0.0]])
+    assert occupied.tolist() == [[True, True, True], [True, True, False]]

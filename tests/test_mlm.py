@@ -139,6 +139,29 @@ def test_linear_attention_ranks_stay_within_the_feature_dim(text_files, tmp_path
     assert all(row["numerical_rank"] <= head_dim for row in result["rank"])
 
 
+def test_eval_json_gives_each_control_its_negative_mass_and_row_sum_deviation(text_files, tmp_path):
+    """eval.json's shape rows of a tiny MLM model: rank-4 softmax's projected rows (by subspace iteration) hold
+    negative weight and sums away from 1; the landmark control's rows and softmax's are distributions."""
+    config = _config(text_files)
+    means = {}
+    for kind, options in (("softmax_rank", {"rank": 4, "basis_iterations": 3}), ("landmark_softmax", {"rank": 4}),
+                          ("softmax", {})):
+        config.attention.name = kind
+        for option, value in options.items():
+            config.attention[option] = value
+        (tmp_path / kind).mkdir()
+        data = mlm.prepare_data(config, str(tmp_path))
+        result = evaluation.evaluate_and_write(mlm, config, str(tmp_path / kind), mlm.create_model(config, data),
+                                               data, 0)
+        with open(tmp_path / kind / "eval.json") as f:
+            rows = [row for row in json.load(f)["shape"] if row["query_rows"] == "all"]
+        assert rows == [row for row in result["shape"] if row["query_rows"] == "all"]
+        means[kind] = {name: np.mean([row[name] for row in rows]) for name in ("negative_mass", "row_sum_deviation")}
+    assert means["softmax_rank"]["negative_mass"] > 1e-3 and means["softmax_rank"]["row_sum_deviation"] > 1e-3
+    for kind in ("landmark_softmax", "softmax"):
+        assert means[kind] == {"negative_mass": 0.0, "row_sum_deviation": pytest.approx(0.0, abs=1e-5)}
+
+
 def test_the_head_on_chosen_positions_equals_the_full_head_gathered(text_files, tmp_path):
     config = _config(text_files)
     data = mlm.prepare_data(config, str(tmp_path))

@@ -18,7 +18,8 @@ def reference_row(weights: np.ndarray, allowed: np.ndarray) -> dict:
     entropy = scipy_stats.entropy(p)
     return {"row_entropy": entropy, "entropy_fraction": entropy / np.log(len(kept)) if len(kept) > 1 else None,
             "top1_weight": p.max(), "top1_above_half": float(p.max() > 0.5),
-            "logit_spread": np.std(np.log(np.maximum(kept, FLOOR)))}
+            "logit_spread": np.std(np.log(np.maximum(kept, FLOOR))),
+            "negative_mass": -kept[kept < 0].sum() / np.abs(kept).sum(), "row_sum_deviation": abs(kept.sum() - 1)}
 
 
 def reference_head_means(weights, allowed, selected) -> dict:
@@ -132,6 +133,16 @@ def test_negative_weights_measure_the_renormalised_positive_part_without_nan():
     assert means["entropy_fraction"] == pytest.approx([np.log(2) / np.log(3)])
     assert (means["top1_weight"], means["top1_above_half"]) == (pytest.approx([0.5]), pytest.approx([0.0]))
     assert means["logit_spread"] == pytest.approx([np.std(np.log([0.6, 0.6, FLOOR]))], rel=1e-5)
+    assert means["negative_mass"] == pytest.approx([0.2 / 1.4]) and means["row_sum_deviation"] == pytest.approx([0], abs=1e-6)
+
+
+def test_signed_rows_and_rows_of_another_sum_show_in_negative_mass_and_row_sum_deviation():
+    """A distribution has 0 of both; softmax_rank's projected rows hold some negative weight and sum to about 1;
+    local_predictive's rows sum to less than 1."""
+    weights = np.array([[[[0.25, 0.25, 0.5], [0.7, 0.5, -0.1], [0.2, 0.2, 0.1]]]])
+    means = _means(weights, np.ones((1, 3, 3), bool))
+    assert means["negative_mass"] == pytest.approx([(0 + 0.1 / 1.3 + 0) / 3])
+    assert means["row_sum_deviation"] == pytest.approx([(0 + 0.1 + 0.5) / 3])
 
 
 def test_outside_the_softmax_family_there_is_no_logit_spread():

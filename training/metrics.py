@@ -189,7 +189,7 @@ def _shape_scalars(rows: list[dict]) -> dict[str, float]:
         heads = [row for row in rows if (row["role"], row["layer"], row["query_rows"]) == (role, layer, selection)]
         prefix = f"shape/{role}/layer{layer}" + ("" if selection == shape.ALL_ROWS else f"/{selection}")
         for metric in shape.METRIC_NAMES:
-            values = [row[metric] for row in heads if row[metric] is not None]
+            values = [row[metric] for row in heads if row.get(metric) is not None]  # older rows lack the last two
             if values:
                 scalars[f"{prefix}/{metric}"] = sum(values) / len(values)
     return scalars
