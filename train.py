@@ -9,6 +9,11 @@ changed fields may change within a run and are named, e.g. `--config.num_train_s
 run id (see sweeps/). A mistake in the flags, config, data or workdir ends in one line and exit status 2
 (--debug: with its traceback). A finished run (its eval.json at its last step) says so and exits;
 --evaluate_again runs its final evaluation again. --print_config prints the resolved config and exits.
+
+  python train.py --config=configs/mlm.py:tiny --pack=runs/s0:seed=0 --pack=runs/s1:seed=1,learning_rate=0.01
+
+trains the runs as one vmapped program (training/packed.py), each in its own workdir as if trained alone: they
+may differ in the seed and the learning rate.
 """
 import json
 
@@ -16,7 +21,7 @@ from absl import flags, logging
 from ml_collections import config_flags
 
 from runtime import cli, workdirs
-from training import metrics, validate
+from training import metrics, packed, validate
 from training.loop import train_and_evaluate
 
 DEFAULT_CONFIG = "configs/translation.py"
@@ -26,6 +31,9 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (required but wit
                                "run id.")
 _PRINT_CONFIG = flags.DEFINE_bool("print_config", False, "Check and print the resolved config, and what the "
                                   "--config.<field> overrides changed in its presets, then exit; no --workdir needed.")
+_PACK = flags.DEFINE_multi_string("pack", [], "In place of --workdir: one run of a packed training, "
+                                  "<workdir>:<field>=<value>[,...] with fields among seed and learning_rate; "
+                                  "repeat it, once per run.")
 _EVALUATE_AGAIN = flags.DEFINE_bool("evaluate_again", False, "Run the final evaluation of a finished run again "
                                     "(without it, a finished run says so and exits).")
 
@@ -38,6 +46,13 @@ def main(argv):
         validate.validate(config)
         print(json.dumps(workdirs.config_record(config), indent=1))
         print(cli.describe_config(config, spec))
+        return
+    if _PACK.value:
+        if _WORKDIR.value is not None:
+            cli.fail("--workdir and --pack: give each packed run's workdir in its --pack, and no --workdir")
+        print(cli.describe_config(config, spec), flush=True)
+        if None in packed.train_packed(*packed.members(config, _PACK.value)):
+            raise SystemExit(1)  # a run that stopped on a non-finite step, said above; the others finished
         return
     if _WORKDIR.value is None:
         cli.fail("--workdir is missing; name the run's directory, e.g. --workdir=runs/x (or give --print_config)")

@@ -74,6 +74,10 @@ def define_study_flags(flag_values: flags.FlagValues) -> None:
     flags.DEFINE_integer("jobs", None, "training processes at once (default: one per GPU, one on a TPU, one per "
                          "CPU core without them)", lower_bound=1, flag_values=flag_values)
     flags.DEFINE_string("only", "", "comma-separated subset of the study's run names", flag_values=flag_values)
+    flags.DEFINE_enum("pack", "auto", ("auto", "on", "off"), "train each run's seeds, and a learning-rate pick's "
+                      "candidates, as one vmapped program (train.py --pack, training/packed.py) where the configs "
+                      "allow it: `on`; `off`: one process a seed; `auto`: on with an accelerator, off on the CPU, where "
+                      "packing gained nothing (docs/benchmarks.md, \"Packed training\")", flag_values=flag_values)
     flags.DEFINE_string("part", "", "k/n: train the k-th of n consecutive slices of the runs (after --only); the "
                         "report merges what every part recorded (runs.json beside it)", flag_values=flag_values)
     flags.DEFINE_string("runs_dir", "runs/compare", "workdirs go to <runs_dir>/<task>/<preset>",

@@ -17,7 +17,10 @@ from studies import StudyError, children
 from training import metrics
 
 ROOT = paths.REPOSITORY
-Job = tuple[str, list[str], str]  # (label, train.py command, workdir) of one (run, seed)
+# (label, train.py command, workdir) of one (run, seed), or of runs packed in one process (train.py --pack): the
+# first packed run's workdir, where its train.log goes; job_workdirs reads every packed run's from the command.
+Job = tuple[str, list[str], str]
+PACK_FLAG = "--pack="
 _started: set[int] = set()  # the PIDs of the train.py processes this study started: a workdir's lock that
                             # names another was held by another process (trained_elsewhere)
 
@@ -35,6 +38,26 @@ def train_command(study: Study, run: Run, seed: int, workdir: str, group: str, e
         f"--config.wandb.group={group}",
         *extra,
     ]
+
+
+def packed_command(study: Study, run: Run, members: list[tuple[str, dict]], group: str,
+                   extra: list[str]) -> list[str]:
+    """train.py's command line that trains `members`, (workdir, {field: value} of training/packed.py's PACKABLE
+    fields), as one program on the study's and the run's overrides (then `extra`)."""
+    first = train_command(study, run, 0, members[0][0], group, extra)
+    shared = [arg for arg in first if not arg.startswith(("--workdir=", "--config.seed="))]
+    return [*shared, *(PACK_FLAG + workdir + ":" + ",".join(f"{field}={value}" for field, value in values.items())
+                       for workdir, values in members)]
+
+
+def job_workdirs(job: Job) -> list[str]:
+    """The workdirs a job trains: each packed run's, or its one."""
+    packed = [arg[len(PACK_FLAG):].rpartition(":")[0] for arg in job[1] if arg.startswith(PACK_FLAG)]
+    return packed or [job[2]]
+
+
+def job_finished(job: Job) -> bool:
+    return all(is_finished(workdir) for workdir in job_workdirs(job))
 
 
 def is_finished(workdir: str) -> bool:
@@ -66,14 +89,14 @@ def train(command: list[str], workdir: str, env: dict[str, str] | None) -> bool:
 def _train_timed(command: list[str], workdir: str, env: dict[str, str] | None) -> tuple[bool, float]:
     started = time.time()
     # A clean exit without eval.json at the last step (e.g. a resumed run with fewer steps) is no success.
-    ok = train(command, workdir, env) and is_finished(workdir)
+    ok = train(command, workdir, env) and job_finished(("", command, workdir))
     return ok, time.time() - started
 
 
 DATA_POLL_S = 1.0  # how often the first job's workdir is looked at for its config.json
 STATUS_EVERY_S = 30.0  # how often each running job's last progress line is printed
 TRAIN_LOG = "train.log"
-_PROGRESS_LINE = re.compile(r"^step \d+/\d+ .*$", re.MULTILINE)  # training/loop.py's
+_PROGRESS_LINE = re.compile(r"^(?:\[[^\]]+\] )?step \d+/\d+ .*$", re.MULTILINE)  # training/loop.py's, packed.py's
 _TAIL_BYTES = 16_384  # the end of a train.log that holds its last progress line
 
 
@@ -176,10 +199,12 @@ def _in_use(jobs: list[Job]) -> list[Job]:
     """The jobs whose workdir another process holds: never trained beside it."""
     held = []
     for job in jobs:
-        if (holder := locks.holder(job[2])) is not None:
-            print(f"{job[0]}: trained by another process ({holder} holds {job[2]}); not trained beside it: rerun "
-                  f"once it ends to report it", flush=True)
-            held.append(job)
+        for workdir in job_workdirs(job):
+            if (holder := locks.holder(workdir)) is not None:
+                print(f"{job[0]}: trained by another process ({holder} holds {workdir}); not trained beside it: rerun "
+                      f"once it ends to report it", flush=True)
+                held.append(job)
+                break
     return held
 
 
@@ -190,7 +215,7 @@ def run_jobs(jobs: list[Job], workers: int | None) -> list[str]:
     when this one's train.py starts: two studies started at once) is said to be trained by another process,
     not failed. SIGTERM or SIGINT stops every training process (each checkpoints its step) and then this
     one, with the status of that signal."""
-    skipped = [job for job in jobs if is_finished(job[2])]
+    skipped = [job for job in jobs if job_finished(job)]
     held = _in_use([job for job in jobs if job not in skipped])
     pending = [job for job in jobs if job not in skipped and job not in held]
     for index, (label, _, _) in enumerate(skipped, 1):

@@ -9,12 +9,12 @@ import os
 import tasks
 from analysis import plots, report
 from configs.grids import Pick, Run, Study
-from runtime import atomic
+from runtime import atomic, devices
 from runtime.workdirs import WorkdirError, read_json
-from studies import StudyError
+from studies import StudyError, catalog
 from studies.catalog import get_study, study_name
-from studies.jobs import Job, is_finished, run_jobs, train_command
-from training import evaluation
+from studies.jobs import Job, is_finished, packed_command, run_jobs, train_command
+from training import evaluation, packed
 from training.metrics import read_metrics
 
 RUNS_JSON = "runs.json"
@@ -192,10 +192,40 @@ def head_dim(results: dict[str, list[dict]]) -> int | None:
 
 
 def _jobs(study: Study, runs: list[Run], seeds: range, workdirs: dict[str, list[str]],
-          group: str, extra: list[str]) -> list[Job]:
-    """The job of every (run, seed)."""
+          group: str, extra: list[str], pack: bool = False) -> list[Job]:
+    """The job of every (run, seed), or where `pack`, of every run, its seeds packed in one program."""
+    if pack and len(seeds) > 1:
+        return [(f"{run.name} seeds {seeds[0]}-{seeds[-1]} (packed)",
+                 packed_command(study, run, [(workdir, {"seed": seed}) for seed, workdir in
+                                             zip(seeds, workdirs[run.name])], group, extra), workdirs[run.name][0])
+                for run in runs]
     return [(f"{run.name} seed{seed}", train_command(study, run, seed, workdir, group, extra), workdir)
             for run in runs for seed, workdir in zip(seeds, workdirs[run.name])]
+
+
+def _packs(option: str, task: str, study: Study, runs: list[Run]) -> bool:
+    """Whether the study trains packed, as --pack says (`auto`: where this machine has an accelerator), and says
+    so."""
+    wanted = option == "on" or option == "auto" and devices.probe()["platform"] in devices.ACCELERATORS
+    if not wanted:
+        return False
+    if not packable(task, study, runs):
+        print("not packed: a run stops early (eval.stop_metric) or is distributed", flush=True)
+        return False
+    packed_too = " and its candidate rates" if study.pick and study.pick.field in packed.PACKABLE else ""
+    print(f"packed: each run's seeds{packed_too} train as one program (train.py --pack; --pack=off: one process a "
+          f"seed)", flush=True)
+    return True
+
+
+def packable(task: str, study: Study, runs: list[Run]) -> bool:
+    """Whether the runs' seeds (and a learning-rate pick's candidates) can train packed (training/packed.py): no
+    early stop, one process, on the configs the runs train."""
+    for run in runs:
+        config = catalog.run_config(task, study, run)
+        if config.eval.stop_metric or config.distributed:
+            return False
+    return True
 
 
 def _write_report(task: str, preset: str, command: str, records: dict[str, dict], out_dir: str) -> None:
@@ -266,15 +296,24 @@ def rewrite_report(task: str, preset: str, reports_dir: str) -> str:
 
 
 def _picked(task: str, preset: str, study: Study, runs: list[Run], runs_dir: str, extra: list[str],
-            workers: int | None) -> tuple[list[Run], dict[str, dict]]:
-    """Trains the candidates of the study's Pick for `runs`; returns the runs with the field set to the value
-    chosen on validation (a run none of whose candidates finished left out) and each run's pick_record."""
+            workers: int | None, pack: bool = False) -> tuple[list[Run], dict[str, dict]]:
+    """Trains the candidates of the study's Pick for `runs` (where `pack` and the field is packable, a run's
+    candidates in one program); returns the runs with the field set to the value chosen on validation (a run none
+    of whose candidates finished left out) and each run's pick_record."""
     candidates = {run.name: pick_candidates(study.pick, run) for run in runs}
     workdirs = {candidate.name: [run_workdir(runs_dir, task, preset, candidate, 0)]
                 for choices in candidates.values() for candidate in choices}
+    group = study_name(task, preset)
+    if pack and study.pick.field in packed.PACKABLE:
+        jobs = [(f"{run.name} {study.pick.field} pick (packed)",
+                 packed_command(study, Run(run.name, {**run.overrides, **study.pick.overrides}),
+                                [(workdirs[choice.name][0], {"seed": 0, study.pick.field: value})
+                                 for choice, value in zip(candidates[run.name], study.pick.values)], group, extra),
+                 workdirs[candidates[run.name][0].name][0]) for run in runs]
+    else:
+        jobs = _jobs(study, [c for choices in candidates.values() for c in choices], range(1), workdirs, group, extra)
     # A candidate that fails (a rate that diverges) is an outcome of the pick, not a failure of the study.
-    run_jobs(_jobs(study, [c for choices in candidates.values() for c in choices], range(1), workdirs,
-                   study_name(task, preset), extra), workers)
+    run_jobs(jobs, workers)
     picks = {name: record for name, choices in candidates.items()
              if (record := pick_record(tasks.get(task).METRICS[0], study.pick,
                                        [workdirs[choice.name][0] for choice in choices]))}
@@ -305,12 +344,14 @@ def run_study(task: str, preset: str, options, extra: list[str], command: str) -
     out_dir = report_dir(options.reports_dir, task, preset)
     if os.path.exists(runs_json := os.path.join(out_dir, RUNS_JSON)):
         read_study_file(runs_json, task, preset)  # named before hours of training, not after
+    pack = _packs(options.pack, task, study, runs)
     try:  # a workdir's config.json or eval.json that does not read names itself
-        chosen, picks = (_picked(task, preset, study, runs, runs_dir, extra, options.jobs) if study.pick
+        chosen, picks = (_picked(task, preset, study, runs, runs_dir, extra, options.jobs, pack) if study.pick
                          else (runs, {}))
         workdirs = {run.name: [run_workdir(runs_dir, task, preset, run, seed) for seed in seeds] for run in chosen}
         try:
-            failed = run_jobs(_jobs(study, chosen, seeds, workdirs, study_name(task, preset), extra), options.jobs)
+            failed = run_jobs(_jobs(study, chosen, seeds, workdirs, study_name(task, preset), extra, pack),
+                              options.jobs)
         except SystemExit:  # stopped (SIGTERM, SIGINT: a time limit, say): the runs that finished are reported
             _report(task, preset, command, workdirs, picks, out_dir, study, runs_dir)
             raise

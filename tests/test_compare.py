@@ -498,6 +498,14 @@ class FakeTrain:
         self.fail, self.commands, self.validation, self.examples = set(fail), [], validation, examples
 
     def __call__(self, command, workdir, env):
+        if members := [arg for arg in command if arg.startswith(jobs.PACK_FLAG)]:
+            # Each unfinished packed run as if trained alone (train_packed skips the finished ones).
+            shared = [arg for arg in command if arg not in members]
+            alone = [(member_dir, [*shared[:3], f"--workdir={member_dir}",
+                                   *(f"--config.{value}" for value in values.split(",")), *shared[3:]])
+                     for member_dir, _, values in (arg[len(jobs.PACK_FLAG):].rpartition(":") for arg in members)]
+            return all([self(single, member_dir, env) for member_dir, single in alone
+                        if not jobs.is_finished(member_dir)])
         self.commands.append(command)
         run, seed = workdir.split(os.sep)[-2:]
         if f"{run} {seed}" in self.fail:
@@ -570,12 +578,15 @@ def test_a_report_goes_under_runs_unless_published_to_the_committed_tree(tmp_pat
 def test_main_trains_every_run_and_seed_then_reports_and_skips_them_next_time(tmp_path, monkeypatch, capsys):
     fake = FakeTrain()
     monkeypatch.setattr(jobs, "train", fake)
-    _main(tmp_path, "--", "--config.wandb.mode=disabled")
+    _main(tmp_path, "--pack=on", "--", "--config.wandb.mode=disabled")
     study = catalog.get_study("mlm", "quick")
     assert len(fake.commands) == len(study.runs) * study.seeds
     assert all(command[-1] == "--config.wandb.mode=disabled" for command in fake.commands)
     output = capsys.readouterr().out
-    assert f"[{len(fake.commands)}/{len(fake.commands)}]" in output and "FAILED" not in output
+    # Packed by default: one job a run, its seeds' workdirs in one train.py --pack each.
+    assert f"[{len(study.runs)}/{len(study.runs)}]" in output and "FAILED" not in output
+    assert "softmax seeds 0-1 (packed): done" in output
+    assert "packed: each run's seeds train as one program" in output
     text = (tmp_path / "reports" / "mlm" / "report.md").read_text()
     for run in study.runs:
         assert f"| {run.name} | {run.overrides['attention.name']} |" in text
@@ -583,9 +594,9 @@ def test_main_trains_every_run_and_seed_then_reports_and_skips_them_next_time(tm
 
     again = FakeTrain()
     monkeypatch.setattr(jobs, "train", again)
-    _main(tmp_path)
+    _main(tmp_path, "--pack=on")
     assert again.commands == []
-    assert capsys.readouterr().out.count("finished earlier, skipped") == len(study.runs) * study.seeds
+    assert capsys.readouterr().out.count("finished earlier, skipped") == len(study.runs)
 
 
 def test_a_study_in_parts_reports_the_union_of_what_each_part_recorded(tmp_path, monkeypatch):
@@ -684,7 +695,10 @@ def test_recall_tables_give_sizes_seeds_and_every_layer():
     ]
 
 
-def test_a_pick_trains_each_value_once_then_the_seeds_at_the_best_on_validation(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("pack", ["off", "on"])
+def test_a_pick_trains_each_value_once_then_the_seeds_at_the_best_on_validation(pack, tmp_path, monkeypatch, capsys):
+    """Packed (train.py --pack, which FakeTrain splits into its runs as train_packed trains them), each run's
+    candidates train in one process, then its seeds in another; the same runs either way."""
     pick = grids.Pick("learning_rate", (0.001, 0.003, 0.01), {"num_train_steps": 30})
     study = grids.Study("configs/mlm.py:tiny", {}, [grids.kind_run("softmax"), grids.kind_run("linear")], seeds=2,
                         pick=pick)
@@ -692,7 +706,10 @@ def test_a_pick_trains_each_value_once_then_the_seeds_at_the_best_on_validation(
     # Validation peaks at 0.003; test accuracy (FakeTrain's, by seed) never depends on the rate.
     fake = FakeTrain(fail=["learning_rate=0.01 seed0"], validation=lambda rate: {0.001: 0.3, 0.003: 0.5}.get(rate, 0.4))
     monkeypatch.setattr(jobs, "train", fake)
-    _main(tmp_path)
+    _main(tmp_path, f"--pack={pack}")
+    output = capsys.readouterr()
+    assert ("softmax learning_rate pick (packed): " in output.out and "linear seeds 0-1 (packed): done" in
+            output.out) == (pack == "on")
     candidates, seeds = fake.commands[:6], fake.commands[6:]
     assert all("--config.num_train_steps=30" in command and "--config.seed=0" in command for command in candidates)
     assert len(seeds) == 4 and all("--config.learning_rate=0.003" in command for command in seeds)
@@ -703,11 +720,11 @@ def test_a_pick_trains_each_value_once_then_the_seeds_at_the_best_on_validation(
     recorded = json.loads((tmp_path / "reports" / "mlm" / runner.RUNS_JSON).read_text())
     assert recorded["linear"]["pick"] == {"field": "learning_rate", "chosen": 0.003,
                                           "validation": {"0.001": 0.3, "0.003": 0.5, "0.01": None}}
-    assert capsys.readouterr().err == ""  # a diverged candidate is an outcome of the pick, not a failed run
+    assert output.err == ""  # a diverged candidate is an outcome of the pick, not a failed run
 
     again = FakeTrain(fail=["learning_rate=0.01 seed0"])
     monkeypatch.setattr(jobs, "train", again)
-    _main(tmp_path)
+    _main(tmp_path, f"--pack={pack}")
     assert [command for command in again.commands if "learning_rate=0.01" not in " ".join(command)] == []
 
 

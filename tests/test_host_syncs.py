@@ -25,9 +25,9 @@ def test_steps_transfer_nothing_implicitly_and_the_host_reads_once_per_window(ti
         return step
 
     reads = []
-    host = loop._Window.host
+    host = loop.Window.host
     monkeypatch.setattr(loop, "make_train_step", guarded_train_step)
-    monkeypatch.setattr(loop._Window, "host", lambda window: reads.append(len(window.steps)) or host(window))
+    monkeypatch.setattr(loop.Window, "host", lambda window: reads.append(len(window.steps)) or host(window))
     # The final evaluation comes after the step loop (decoding, ranks): not what this test watches.
     monkeypatch.setattr(evaluation, "evaluate_and_write", lambda *args: {"metrics": {}, "rank": []})
     loop.train_and_evaluate(config, str(tmp_path / "run"))

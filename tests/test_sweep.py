@@ -161,7 +161,7 @@ def test_an_agents_run_keeps_its_id_groups_by_sweep_and_refuses_another_runs_wor
     # torn down no more, would reach a later test's run (its keys then never reach its file).
     wandb.teardown()
     config = tiny_config()
-    writer = loop._metrics_writer(tasks.get(config.task), config, str(tmp_path), 0)
+    writer = loop.metrics_writer(tasks.get(config.task), config, str(tmp_path), 0)
     try:
         assert (writer.run.id, writer.run.group) == ("run0001", "sweep01")
         assert set(writer.run.tags) == {"translation", "softmax"}

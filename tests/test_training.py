@@ -342,7 +342,7 @@ def _no_compilation(*args, **kwargs):
 
 def test_steps_per_second_leave_out_evaluation_and_checkpoint_time():
     now = [100.0]
-    progress = loop._Progress(step=0, total=30, clock=lambda: now[0])
+    progress = loop.Progress(step=0, total=30, clock=lambda: now[0])
     now[0] += 2.0  # 10 steps of training
     with progress.paused():
         now[0] += 8.0  # an evaluation and a checkpoint
@@ -353,7 +353,7 @@ def test_steps_per_second_leave_out_evaluation_and_checkpoint_time():
 
 def test_the_eta_is_at_the_pace_after_the_first_step_whose_call_compiles():
     now = [0.0]
-    progress = loop._Progress(step=50, total=150, clock=lambda: now[0])  # a run resumed at step 50
+    progress = loop.Progress(step=50, total=150, clock=lambda: now[0])  # a run resumed at step 50
     now[0] += 30.0  # step 51: compilation
     progress.first_step_done(51)
     assert progress.update(51) == (pytest.approx(1 / 30), "-")  # no pace known yet

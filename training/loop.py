@@ -30,7 +30,7 @@ def _format_duration(seconds: float) -> str:
     return f"{minutes}m{seconds:02d}s"
 
 
-class _Progress:
+class Progress:
     """Steps/s over the last logging window, and the ETA of the run at its steady pace: over the steps after
     the first of this process, whose call compiled the train step. Both count training time only: what
     runs inside `paused()` (evaluation, checkpointing) is left out."""
@@ -68,7 +68,7 @@ class _Progress:
         return steps_per_sec, _format_duration((self.total - step) / max(self._pace(self.steady_start, step), 1e-9))
 
 
-class _Window:
+class Window:
     """The per-step metrics of the logging window so far: device values as the steps return them (no host
     sync), host floats once `host()` reads them. A checkpoint saves `host()` and a restart starts from it,
     and both are summed in float64, so a run resumed mid-window logs the numbers an uninterrupted one does."""
@@ -89,7 +89,7 @@ class _Window:
         return steps
 
 
-def _due(done: int, every: int, total: int) -> bool:
+def due(done: int, every: int, total: int) -> bool:
     """Every `every` steps, and at the last one."""
     return done % every == 0 or done == total
 
@@ -113,8 +113,8 @@ def _check_finite(window: list[dict], done: int, nonfinite: str) -> int:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Run:
-    """What a training run is built from, once (_build): its task, data and model, the one optimizer its
+class TrainingRun:
+    """What a training run is built from, once (build_run): its task, data and model, the one optimizer its
     state is initialized and updated with, and the mesh and shardings the state is laid out by. The train
     state, which each step replaces, travels beside it; so do the checkpoints and the metrics writer,
     opened once the state is built."""
@@ -138,22 +138,22 @@ def train_and_evaluate(config, workdir: str, *, evaluate_again: bool = False) ->
     SIGTERM or SIGINT while it trains: it checkpoints the step it is at and raises SystemExit with the
     status of a process killed by that signal (see interrupts.StopRequest), for a restart to resume.
     """
-    _check(config, workdir)
+    check_run(config, workdir)
     # One process trains a workdir; a refused run leaves no empty workdir behind.
     with locks.held(workdir, "train.py", lock=jax.process_index() == 0):
         workdirs.check_restart(config, workdir)  # before anything in the workdir is written
-        if not evaluate_again and (result := _finished(config, workdir)) is not None:
+        if not evaluate_again and (result := finished_result(config, workdir)) is not None:
             return result
-        run, state = _build(config, workdir)
+        run, state = build_run(config, workdir)
         with Checkpoints(os.path.join(workdir, workdirs.CHECKPOINTS_DIR)) as checkpoints:
-            start = _restore(run, checkpoints, state)
-            writer = _metrics_writer(run.task, config, workdir, start.step)
-            _write_config(run)  # once W&B, which may refuse the run, has taken it
+            start = restore_start(run, checkpoints, state)
+            writer = metrics_writer(run.task, config, workdir, start.step)
+            write_config(run)  # once W&B, which may refuse the run, has taken it
             state, last_step, elapsed_s = _train_steps(run, start, checkpoints, writer)
-        return _finish(run, state, writer, last_step, elapsed_s)
+        return finish_run(run, state, writer, last_step, elapsed_s)
 
 
-def _check(config, workdir: str) -> None:
+def check_run(config, workdir: str) -> None:
     """The checks before the workdir is locked: its path, the devices, the config, W&B's access."""
     workdirs.check_path(workdir)
     validate.check_devices(config)
@@ -168,7 +168,7 @@ def test_summary(result: dict) -> str:
     return ", ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items())
 
 
-def _finished(config, workdir: str) -> dict | None:
+def finished_result(config, workdir: str) -> dict | None:
     """eval.json's content where it evaluated the run's last step, or the step it stopped early at (said in
     the closing line), else None."""
     path = os.path.join(workdir, evaluation.EVAL_FILE)
@@ -182,7 +182,7 @@ def _finished(config, workdir: str) -> dict | None:
     return result
 
 
-def _build(config, workdir: str) -> tuple[_Run, dict]:
+def build_run(config, workdir: str) -> tuple[TrainingRun, dict]:
     """The run, and its fresh train state placed on the devices: the task's data, the model, the optimizer."""
     machine = devices.runtime()
     print(f"devices: {devices.describe(machine)}", flush=True)
@@ -193,32 +193,32 @@ def _build(config, workdir: str) -> tuple[_Run, dict]:
     graphdef, state = init_state(model, optimizer)
     mesh = sharding.data_mesh()
     state, shardings = sharding.put_state(state, mesh, config.sharding.params)
-    return _Run(config, workdir, task, data, model, graphdef, optimizer, mesh, shardings, machine), state
+    return TrainingRun(config, workdir, task, data, model, graphdef, optimizer, mesh, shardings, machine), state
 
 
-class _Start(NamedTuple):
+class Start(NamedTuple):
     """Where training starts: the latest checkpoint's step, state and metadata, or step 0's."""
     step: int
     state: dict
     metadata: dict  # elapsed_s, and the steps of the logging window the checkpoint cut ("window")
 
 
-def _restore(run: _Run, checkpoints: Checkpoints, state) -> _Start:
+def restore_start(run: TrainingRun, checkpoints: Checkpoints, state) -> Start:
     """The latest checkpoint's start, or a fresh one from `state`. A run is never shortened: a checkpoint
     past config.num_train_steps is refused (its eval.json would be the longer run's)."""
     total = run.config.num_train_steps
     if (restored := checkpoints.restore_latest(state)) is None:
-        return _Start(0, state, {"elapsed_s": 0.0})
+        return Start(0, state, {"elapsed_s": 0.0})
     if restored[0] > total:
         raise workdirs.WorkdirError(
             f"config.num_train_steps={total} is below step {restored[0]} of the latest checkpoint in "
             f"{checkpoints.directory}; a run is not shortened: set num_train_steps >= {restored[0]}, or train "
             f"{total} steps in a new --workdir")
     print(f"resuming {run.workdir} from step {restored[0]}", flush=True)
-    return _Start(*restored)
+    return Start(*restored)
 
 
-def _metrics_writer(task, config, workdir: str, start_step: int) -> MetricsWriter:
+def metrics_writer(task, config, workdir: str, start_step: int) -> MetricsWriter:
     """This process's MetricsWriter: in the workdir for the first (or only) host; the others, which compute
     the same metrics, log apart in process_<i>/ without W&B, so that no line of metrics.jsonl is written
     twice."""
@@ -230,12 +230,12 @@ def _metrics_writer(task, config, workdir: str, start_step: int) -> MetricsWrite
     return MetricsWriter(directory, config, start_step, kinds, task.METRICS[0], to_wandb=False)
 
 
-def _write_config(run: _Run) -> None:
+def write_config(run: TrainingRun) -> None:
     atomic.write_text(os.path.join(run.workdir, workdirs.CONFIG_FILE),
                       json.dumps({**workdirs.config_record(run.config), "runtime": run.machine}, indent=1))
 
 
-def _steps(run: _Run):
+def _steps(run: TrainingRun):
     """The jitted train and eval steps."""
     config = run.config
     loss_fn = functools.partial(run.task.metric_sums, label_smoothing=config.label_smoothing)
@@ -247,15 +247,16 @@ def _steps(run: _Run):
     return train_step, eval_step
 
 
-def _log_train_window(run: _Run, writer: MetricsWriter, window: list[dict], progress: _Progress, done: int,
-                      elapsed_s: float) -> None:
+def log_train_window(run: TrainingRun, writer: MetricsWriter, window: list[dict], pace: tuple[float, str],
+                     done: int, elapsed_s: float) -> None:
     """Writes and prints the train metrics of the logging window ending at step `done`, over its steps
-    whose update was applied (all of them when none was: such a window reports its non-finite loss)."""
+    whose update was applied (all of them when none was: such a window reports its non-finite loss), at
+    `pace`, Progress.update's (steps/s, ETA) of the window."""
     config = run.config
     skipped = _check_finite(window, done, config.nonfinite)
     counted = [metrics for metrics in window if metrics["finite"]] or window
     sums = jax.tree.map(lambda *values: np.sum(values), *counted)
-    steps_per_sec, eta = progress.update(done)
+    steps_per_sec, eta = pace
     # Tokens read per step (skipped steps read theirs too) at the window's pace: also right for a window
     # that a restart cut, whose first steps ran before it.
     tokens_per_sec = steps_per_sec * float(np.mean([m["input_tokens"] for m in window]))
@@ -273,7 +274,7 @@ def _log_train_window(run: _Run, writer: MetricsWriter, window: list[dict], prog
           f"ETA {eta}", flush=True)
 
 
-def _evaluate_validation(run: _Run, writer: MetricsWriter, eval_step, state, done: int, elapsed_s: float):
+def _evaluate_validation(run: TrainingRun, writer: MetricsWriter, eval_step, state, done: int, elapsed_s: float):
     totals = evaluation.metric_totals(eval_step, state["params"], state["rest"], run.data.validation,
                                       run.config.eval.batch_size)
     metrics = run.task.summarize(totals)
@@ -290,7 +291,7 @@ def _exit_interrupted(step: int, stop: interrupts.StopRequest, checkpoints: Chec
     raise SystemExit(stop.exit_status())
 
 
-def _train_steps(run: _Run, start: _Start, checkpoints: Checkpoints, writer: MetricsWriter):
+def _train_steps(run: TrainingRun, start: Start, checkpoints: Checkpoints, writer: MetricsWriter):
     """Trains from `start` to config.num_train_steps, or to the validation that reaches the early stop:
     (the trained state, its step, the run's elapsed seconds)."""
     config, task, state = run.config, run.task, start.state
@@ -300,8 +301,8 @@ def _train_steps(run: _Run, start: _Start, checkpoints: Checkpoints, writer: Met
     batch_size = sharding.global_batch_size(config.per_device_batch_size)
     started, total = time.time(), config.num_train_steps
     elapsed = lambda: start.metadata["elapsed_s"] + time.time() - started  # noqa: E731
-    progress = _Progress(start.step, total)
-    window = _Window(start.metadata.get("window", []))  # the steps of the logging window the checkpoint cut
+    progress = Progress(start.step, total)
+    window = Window(start.metadata.get("window", []))  # the steps of the logging window the checkpoint cut
     trace = profiling.StepTrace(config, run.workdir)
     steps = range(start.step, total)
     batches = prefetch(lambda step: sharding.put_batch(task.train_batch(config, run.data, batch_size, step),
@@ -313,16 +314,16 @@ def _train_steps(run: _Run, start: _Start, checkpoints: Checkpoints, writer: Met
             done = step + 1
             if step == start.step:  # the call returns once compiled; the step itself runs on asynchronously
                 progress.first_step_done(done)
-            if _due(done, config.log_every_steps, total):
-                _log_train_window(run, writer, window.take(), progress, done, elapsed())
+            if due(done, config.log_every_steps, total):
+                log_train_window(run, writer, window.take(), progress.update(done), done, elapsed())
             with progress.paused():
                 trace.after_step(done, state)
-                validates = run.data.validation is not None and _due(done, config.eval_every_steps, total)
+                validates = run.data.validation is not None and due(done, config.eval_every_steps, total)
                 stops_early = validates and metrics.reaches_stop(
                     config, _evaluate_validation(run, writer, eval_step, state, done, elapsed()))
                 if stops_early and window.steps:
-                    _log_train_window(run, writer, window.take(), progress, done, elapsed())
-                if _due(done, config.checkpoint_every_steps, total) or stop.signum or stops_early:
+                    log_train_window(run, writer, window.take(), progress.update(done), done, elapsed())
+                if due(done, config.checkpoint_every_steps, total) or stop.signum or stops_early:
                     checkpoints.save(done, state, {"elapsed_s": elapsed(), "window": window.host()})
             if stop.signum:
                 _exit_interrupted(done, stop, checkpoints, writer)
@@ -334,7 +335,7 @@ def _train_steps(run: _Run, start: _Start, checkpoints: Checkpoints, writer: Met
     return state, done if steps else start.step, elapsed()
 
 
-def _finish(run: _Run, state, writer: MetricsWriter, total: int, elapsed_s: float) -> dict:
+def finish_run(run: TrainingRun, state, writer: MetricsWriter, total: int, elapsed_s: float) -> dict:
     """The final evaluation of the trained model (eval.json), then the run's curves and the closing line.
     The evaluation's collectives are the processes' last: they meet at JAX's shutdown barrier right after
     it, before the work that one process does alone (the curves, W&B's upload) could keep the other

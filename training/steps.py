@@ -13,17 +13,21 @@ from attention import aux_losses
 from training import sharding
 
 
-def learning_rate_schedule(config):
+def learning_rate_schedule(config, peak: float | None = None):
+    """Warmup then cosine decay to 0, peaking at `peak` (config.learning_rate where None)."""
     return optax.warmup_cosine_decay_schedule(
-        init_value=0.0, peak_value=config.learning_rate, warmup_steps=config.warmup_steps,
+        init_value=0.0, peak_value=config.learning_rate if peak is None else peak, warmup_steps=config.warmup_steps,
         decay_steps=max(config.num_train_steps, config.warmup_steps + 1), end_value=0.0)
 
 
-def create_optimizer(config) -> optax.GradientTransformation:
+def create_optimizer(config, peak: float | None = None) -> optax.GradientTransformation:
+    """AdamW under learning_rate_schedule(config, peak), after clipping. Packed runs (training/packed.py) share
+    the one of peak 1 and scale each run's update by its own rate: AdamW's update is linear in the rate, weight
+    decay's term included."""
     clip = optax.clip_by_global_norm(config.grad_clip_norm) if config.grad_clip_norm else optax.identity()
     return optax.chain(
         clip,
-        optax.adamw(learning_rate_schedule(config), weight_decay=config.weight_decay))
+        optax.adamw(learning_rate_schedule(config, peak), weight_decay=config.weight_decay))
 
 
 def init_state(model: nnx.Module, optimizer: optax.GradientTransformation):
@@ -49,19 +53,32 @@ def _metrics_sharding(shardings):
 
 def make_train_step(graphdef, optimizer, loss_fn, dropout_key, *, compute_dtype: str = "float32",
                     shardings=None):
-    """loss_fn(model, batch) -> (loss, sums). Returns jitted (state, batch) -> (state, step metrics).
+    """loss_fn(model, batch) -> (loss, sums). Returns jitted (state, batch) -> (state, step metrics), the
+    state donated: train_step_fn's step of this run's dropout key and unscaled updates."""
+    step = train_step_fn(graphdef, optimizer, loss_fn, compute_dtype)
+    train_step = lambda state, batch: step(state, batch, dropout_key, 1.0)  # noqa: E731
+    if shardings is None:
+        return jax.jit(train_step, donate_argnums=0)
+    return jax.jit(train_step, in_shardings=(shardings, None),
+                   out_shardings=(shardings, _metrics_sharding(shardings)), donate_argnums=0)
+
+
+def train_step_fn(graphdef, optimizer, loss_fn, compute_dtype: str = "float32"):
+    """The train step as a function to jit (make_train_step) or to vmap over runs (training/packed.py):
+    (state, batch, dropout_key, update_scale) -> (state, step metrics), the optimizer's update times
+    `update_scale` (a packed run's own learning rate under an optimizer of peak 1).
 
     The loss differentiated is loss_fn's plus the auxiliary losses the model's modules add in training
     (attention/aux_losses.py), whose sum is also returned as the metric `aux_loss` when there are any.
 
     Dropout noise is a function of (dropout_key, step), so a resumed run draws what an uninterrupted
     one would. A step whose loss or gradient is not finite leaves the state unchanged and says so in
-    its metrics (`finite`), for the loop to stop on without a host sync per step. `shardings` (those of
-    sharding.state_shardings) fixes the state's placement in and out; the batch keeps the one
-    sharding.put_batch gave it, and the metrics come back replicated.
+    its metrics (`finite`), for the loop to stop on without a host sync per step. Under make_train_step's
+    `shardings` (those of sharding.state_shardings) the state's placement is fixed in and out; the batch keeps
+    the one sharding.put_batch gave it, and the metrics come back replicated.
     """
 
-    def loss_of(params, rest, batch, step):
+    def loss_of(params, rest, batch, step, dropout_key):
         # Fresh Variables for this trace (jax passes `rest` in as the outer trace's objects): nnx lets
         # reseeding and dropout advance the RNG state only in the trace its Variables were made in.
         rest = jax.tree.map(lambda x: x, rest)
@@ -77,10 +94,11 @@ def make_train_step(graphdef, optimizer, loss_fn, dropout_key, *, compute_dtype:
         # The RNG state that dropout advanced, carried out of the trace.
         return loss, (sums, nnx.state(model, nnx.Not(nnx.Param)))
 
-    def train_step(state, batch):
+    def train_step(state, batch, dropout_key, update_scale):
         (loss, (sums, rest)), grads = jax.value_and_grad(loss_of, has_aux=True)(
-            state["params"], state["rest"], batch, state["step"])
+            state["params"], state["rest"], batch, state["step"], dropout_key)
         updates, opt_state = optimizer.update(grads, state["opt_state"], state["params"])
+        updates = jax.tree.map(lambda update: update * update_scale, updates)
         grad_norm = optax.global_norm(grads)
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
         # Skipping a non-finite update keeps parameters and optimizer moments intact to save. (`rest`
@@ -93,22 +111,25 @@ def make_train_step(graphdef, optimizer, loss_fn, dropout_key, *, compute_dtype:
         new_state = {"step": state["step"] + 1, "params": params, "rest": rest, "opt_state": opt_state}
         return new_state, {**sums, "grad_norm": grad_norm, "finite": finite}
 
-    if shardings is None:
-        return jax.jit(train_step, donate_argnums=0)
-    return jax.jit(train_step, in_shardings=(shardings, None),
-                   out_shardings=(shardings, _metrics_sharding(shardings)), donate_argnums=0)
+    return train_step
 
 
 def make_eval_step(graphdef, loss_fn, *, compute_dtype: str = "float32", shardings=None):
     """Jitted (params, rest, batch) -> metric sums, in evaluation mode (no dropout). `shardings`: as in
     make_train_step."""
+    eval_step = eval_step_fn(graphdef, loss_fn, compute_dtype)
+    if shardings is None:
+        return jax.jit(eval_step)
+    return jax.jit(eval_step, in_shardings=(shardings["params"], shardings["rest"], None),
+                   out_shardings=_metrics_sharding(shardings))
+
+
+def eval_step_fn(graphdef, loss_fn, compute_dtype: str = "float32"):
+    """The eval step as a function to jit (make_eval_step) or to vmap over runs (training/packed.py)."""
 
     def eval_step(params, rest, batch):
         model = nnx.merge(graphdef, _in_compute_dtype(params, compute_dtype), rest)
         model.eval()
         return loss_fn(model, batch)[1]
 
-    if shardings is None:
-        return jax.jit(eval_step)
-    return jax.jit(eval_step, in_shardings=(shardings["params"], shardings["rest"], None),
-                   out_shardings=_metrics_sharding(shardings))
+    return eval_step
