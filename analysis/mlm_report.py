@@ -173,8 +173,71 @@ def report_sections(metrics: tuple[str, ...], results: dict[str, list[dict]], sp
         "length and convolution) paired by seed, mean ± the half-width of the 95% t-interval.",
         recall_slice_table(results),
         gap_reading(results),
+        *_fixed_share_sections(results),
         *_gap_sections(results, out_dir),
     ]
+
+
+def _fixed_share_sections(results: dict[str, list[dict]]) -> list[str]:
+    if not (rows := fixed_share_rows(results)):
+        return []
+    return ["## Across lengths, at fixed slice shares\n\nA longer sequence holds more repeats, so its test positions "
+            "hold more of the recall slice, where softmax leads most: part of a gap's change with the length is a "
+            "changed test set. Each seed's accuracy is also given with its recall slice and rest weighed by the "
+            "shortest length's shares; gaps and their change from the run of the same kind at the shortest length, "
+            "paired by seed (95% t-intervals), in points.", fixed_share_table(rows)]
+
+
+def _at_shares(shares: dict[str, float]):
+    """A seed's masked accuracy with its parts weighed by `shares` instead of its own test set's."""
+    return lambda result: sum(share * result["recall_slice"][part]["masked_accuracy"] for part, share in shares.items())
+
+
+def _counterpart(name: str, results: dict[str, list[dict]], length: int) -> str | None:
+    """The run of the same kind and convolution as `name` at sequence length `length`."""
+    kind, (_, *convolution) = report.kind_of(results[name]), _setting(results[name][0])
+    return next((other for other, evals in results.items() if report.kind_of(evals) == kind
+                 and _setting(evals[0]) == (length, *convolution)), None)
+
+
+def fixed_share_rows(results: dict[str, list[dict]]) -> list[dict]:
+    """For each run at a longer sequence than the study's shortest, with a softmax reference at its length and a
+    counterpart at the shortest: its gap to softmax as measured and with every seed's parts weighed by the
+    shortest length's recall-slice shares (a longer sequence holds more repeats: its test set is another mix),
+    and the change of the gap from the counterpart's, each paired by seed (mean, 95% half-width)."""
+    lengths = {_setting(evals[0])[0] for evals in results.values()} - {None}
+    if len(lengths) < 2:
+        return []
+    short = min(lengths)
+    base = [result for evals in results.values() if _setting(evals[0])[0] == short for result in evals]
+    shares = {part: float(np.mean([result["recall_slice"][part]["share"] for result in base])) for part in _parts(base)}
+    rows = []
+    for name, evals in results.items():
+        reference, counterpart = _reference_name(evals, results), _counterpart(name, results, short)
+        if _setting(evals[0])[0] == short or reference is None or counterpart is None:
+            continue
+        base_reference = _reference_name(results[counterpart], results)
+        row = {"run": name, "length": _setting(evals[0])[0], "short": short,
+               "share": float(np.mean([result["recall_slice"]["recall"]["share"] for result in evals])),
+               "base_share": shares["recall"]}
+        for label, value in (("measured", _overall), ("at_shares", _at_shares(shares))):
+            terms = [(1.0, _by_seed(evals, value)), (-1.0, _by_seed(results[reference], value)),
+                     (-1.0, _by_seed(results[counterpart], _overall)),
+                     (1.0, _by_seed(results[base_reference], _overall))]
+            row[label] = stats.paired_combination(terms[:2])[:2]
+            row[f"{label}_change"] = stats.paired_combination(terms)[:2]
+        rows.append(row)
+    return rows
+
+
+def fixed_share_table(rows: list[dict]) -> str:
+    lines = ["| run | L | recall share (at the shortest L) | gap to softmax, measured | gap at the shortest L's "
+             "shares | change from the shortest L, measured | change at its shares |", "|---|---:|---|---|---|---|---|"]
+    for row in rows:
+        cells = [_gap_text(*row[key]) for key in ("measured", "at_shares", "measured_change", "at_shares_change")]
+        lines.append(f"| {row['run']} | {row['length']} | {row['share']:.3f} ({row['base_share']:.3f} at "
+                     f"{row['short']}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 GAPS_PLOT = "gap_vs_steps.png"

@@ -179,14 +179,17 @@ hedgehog_distilled (part 4) picked 3e-3, the grid's lowest, before its seeds had
 softmax at L = 512 is not run here: its eigendecompositions of 512 x 512 matrices made a step 6.5x softmax's
 (5 s against 0.77 s on both cores), about 9 hours for that arm alone; it is left to an accelerator."""
 
-_RANK_OR_SHAPE_VERDICT = """rank held in part: rank-32 softmax lost points to softmax (an interval below 0), and linear's gap grew from L = 128 to
-L = 512 (an interval that only just excludes 0), but rank-32 softmax stayed nearer softmax than linear (its
-lead over linear excludes 0), with rows much sharper than linear's at the same rank (the row entropy columns below).
-The shape prediction's arm did not test it: distilled Hedgehog kept linear's flat rows and closed nothing. Learning
-speed did not hold: the gap did not shrink from step 500 to 2,000. At L = 512 linear's rows also grew flatter, so that
-part does not separate rank from shape by itself. Verdict: the rank bound costs accuracy, more as L/m grows, but most
-of linear's loss at L = 128 lies beyond what the bound costs softmax, and goes with rows far flatter than rank-32
-softmax's; that the flatness is its cause no trained arm showed (docs/results.md, "Rank or shape")."""
+_RANK_OR_SHAPE_VERDICT = """rank held in part: rank-32 softmax lost points to softmax (an interval below 0). Linear's gap grew
+from L = 128 to L = 512 (an interval that only just excludes 0), but most of that growth is a changed test set: at
+L = 128's slice shares no growth is detectable ("Across lengths, at fixed slice shares" below). Rank-32 softmax stayed
+nearer softmax than linear (its lead over linear excludes 0) at the same hard bound, but not at the same soft rank
+(effective and stable rank far higher) nor with rows of the same sign and sums (its projected rows are signed), and
+with rows much sharper than linear's (the row entropy columns below): for rows that are distributions, flatness and
+a low stable rank are one fact, so these arms do not tell shape from soft rank. The shape prediction's arm did not
+test it: distilled Hedgehog kept linear's flat rows and closed nothing. Learning speed did not hold within 2,000
+steps: the gap did not shrink from step 500 to 2,000. Verdict: the rank bound costs accuracy; what the rest of
+linear's loss at L = 128 is, rows' shape or soft rank, this study does not separate (docs/results.md, "Rank or shape";
+the controls matched on each are the study rank_or_shape_controls)."""
 
 
 def _gap_change(run: str, reference: str, base_run: str, base_reference: str) -> dict[str, float]:

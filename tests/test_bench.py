@@ -228,3 +228,25 @@ def test_bench_train_compares_each_config_with_a_matmul_in_its_dtype_and_reads_o
         "in the same run: bfloat16 8,000.0 GFLOP/s."]
     before = {"configs": [row], "matmul_flops_per_sec": 8e9}  # the committed reports' JSON
     assert train.table(before).splitlines()[-1] == "Dense float32 1024x1024 matmul in the same run: 8.0 GFLOP/s."
+
+
+def test_bench_packed_times_one_run_against_the_packed_program_in_trainings_per_hour(tmp_path):
+    from scripts import bench_packed
+    result = bench_packed.main(["--configs=configs/mlm.py:tiny", "--runs=2", "--batches=fixed", "--rounds=1",
+                                "--steps_per_round=2", f"--out={tmp_path}", f"--workdir={tmp_path / 'data'}"])
+    rows = {row["runs"]: row for row in result["rows"]}
+    assert set(rows) == {1, 2} and rows[2]["flops_per_step"] == pytest.approx(2 * rows[1]["flops_per_step"], rel=0.05)
+    for row in rows.values():  # a whole schedule's trainings at the measured step time
+        assert row["trainings_per_hour"] == pytest.approx(
+            3600 * row["runs"] / (row["ms_per_step"] / 1e3 * row["train_steps"]))
+    assert "| `configs/mlm.py:tiny` | fixed | 2 |" in (tmp_path / "packed.md").read_text()
+
+
+def test_bench_rank_basis_gives_each_basis_its_time_and_error(tmp_path):
+    from scripts import bench_rank_basis
+    result = bench_rank_basis.main(["--lengths=24", "--batches=2", "--rank=4", "--iterations=1,6", "--rounds=1",
+                                    f"--out={tmp_path}"])
+    errors = {row["iterations"]: row["excess_error"]["max"] for row in result["rows"]}
+    assert errors[0] == pytest.approx(0, abs=1e-6) and errors[6] < errors[1]
+    assert all(row["ms"] > 0 and row["x_softmax"] > 0 for row in result["rows"])
+    assert "| 24 | 2 | exact (eigh) |" in (tmp_path / "rank_basis.md").read_text()

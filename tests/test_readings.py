@@ -294,6 +294,26 @@ def rank_or_shape_layers_mean(run: str, field: str, report_dir: str = RANK_OR_SH
     return report._rank_mean(evals, field)
 
 
+def fixed_share(field: str):
+    """A field of the report's row for elu + 1 at L = 512 in "Across lengths, at fixed slice shares"."""
+    (row,) = mlm_report.fixed_share_rows(_results(RANK_OR_SHAPE))
+    return row[field]
+
+
+def points(difference: tuple[float, float]) -> tuple[float, float, float]:
+    """A (mean, 95% half-width) difference in points: the mean and its interval's ends."""
+    mean, half_width = difference
+    return 100 * mean, 100 * (mean - half_width), 100 * (mean + half_width)
+
+
+def slice_change(run: str, base: str, part: str) -> tuple[float, float, float]:
+    """`run`'s accuracy on one part of the test positions less `base`'s, paired by seed, in points."""
+    def by_seed(name):
+        return {result["config"]["seed"]: result["recall_slice"][part]["masked_accuracy"]
+                for result in _results(RANK_OR_SHAPE)[name]}
+    return points(stats.paired_difference(by_seed(run), by_seed(base)))
+
+
 def rank_or_shape_validation_gap(run: str, step: int) -> float:
     """The run's lead over its softmax reference on validation at `step`, in points (the gap-over-steps table's,
     negated: a trailing run has a positive gap)."""
@@ -509,18 +529,32 @@ READINGS = [
             "{} points (95% CI {} to {}) where elu + 1 (m = 32) trails by {} ({} to {})",
             lambda: (*below(rank_or_shape_contrast("rank: rank-32 softmax's gap")),
                      *below(rank_or_shape_contrast("linear's gap to softmax at L = 128")))),
-    Reading(README, "rank-32 softmax keeps rows at {} of the maximum entropy where elu + 1's are nearly flat ({})",
-            lambda: tuple(rank_or_shape_layers_mean(run, "entropy_fraction") for run in ("softmax_rank32", "linear")),
-            ".3f"),
-    Reading(README, "At L = 512 softmax keeps its accuracy ({}%) with its rows' effective rank at {} of 512 keys, while "
-            "elu + 1 falls to {}%: its gap grows by {} points (95% CI {} to {}) from L/m = 4 to 16, as the rank reading "
-            "predicts, its rows flatter still ({})",
-            lambda: (rank_or_shape_accuracy("softmax_L512")[0], rank_or_shape_layers_mean("softmax_L512", "effective_rank"),
-                     rank_or_shape_accuracy("linear_L512")[0], *below(rank_or_shape_contrast("rank: linear's gap at L = 512")),
-                     rank_or_shape_layers_mean("linear_L512", "entropy_fraction")),
-            (".2f", ".0f", ".2f", ".1f", ".1f", ".1f", ".3f")),
-    Reading(README, "at rank 32, elu + 1 trails rank-32 softmax by {} points ({} to {}) with far flatter rows",
+    Reading(README, "The two share the hard bound (numerical rank {}), not the soft rank: effective rank {} against {}, "
+            "stable rank {} against {}, with rows at {} of the maximum entropy where elu + 1's are nearly flat ({})",
+            lambda: (_one(round(rank_or_shape_layers_mean(run, "numerical_rank")) for run in ("softmax_rank32", "linear")),
+                     *(rank_or_shape_layers_mean(run, field) for field in ("effective_rank", "stable_rank")
+                       for run in ("softmax_rank32", "linear")),
+                     *(rank_or_shape_layers_mean(run, "entropy_fraction") for run in ("softmax_rank32", "linear"))),
+            ("d", ".2f", ".2f", ".2f", ".2f", ".3f", ".3f")),
+    Reading(README, "At L = 512 elu + 1's gap grows by {} points (95% CI {} to {}) from L/m = 4 to 16, but the test set "
+            "changes with the length: the recall slice, where softmax leads most, grows from {}% to {}% of the masked "
+            "positions, and at L = 128's shares the change is {} points ({} to {}), no growth detectable",
+            lambda: (*below(rank_or_shape_contrast("rank: linear's gap at L = 512")),
+                     100 * fixed_share("base_share"), 100 * fixed_share("share"), *points(fixed_share("at_shares_change"))),
+            (".1f", ".1f", ".1f", ".1f", ".1f", "+.1f", "+.1f", "+.1f")),
+    Reading(README, "at the same hard bound elu + 1 trails rank-32 softmax by {} points ({} to {})",
             lambda: rank_or_shape_contrast("rank-32 softmax above linear")),
+    Reading(RESULTS, "in soft rank (effective rank {} against {}, stable rank {} against {}; for rows that are "
+            "distributions, stable rank <= L x the mean top-1 weight, so flat rows force it down)",
+            lambda: tuple(rank_or_shape_layers_mean(run, field) for field in ("effective_rank", "stable_rank")
+                          for run in ("linear", "softmax_rank32")), ".2f"),
+    Reading(RESULTS, "grows from {}% of the masked positions at L = 128 to {}% at L = 512, and with each seed's slices "
+            "weighed at L = 128's shares the gap's change is {} points (95% CI {} to {}), no growth detectable",
+            lambda: (100 * fixed_share("base_share"), 100 * fixed_share("share"), *points(fixed_share("at_shares_change"))),
+            (".1f", ".1f", "+.1f", "+.1f", "+.1f")),
+    Reading(RESULTS, "on each slice it loses points at L = 512 ({} on the recall slice, 95% CI {} to {}; {} on the rest, {} "
+            "to {})", lambda: (*below(slice_change("softmax_L512", "softmax", "recall")),
+                              *below(slice_change("softmax_L512", "softmax", "rest")))),
     # the rank-or-shape study at L = 512 (parts 7 and 8) and its verdict
     Reading(RESULTS, "(part 8; the rate picked inside its grid, 1e-2: {}% on validation after 500 steps, against {}% to "
             "{}% at the other three) reaches {} ± {}%, {} points below softmax at the same length (95% CI {} to {}). "
@@ -541,17 +575,15 @@ READINGS = [
                      rank_or_shape_layers_mean("linear_L512", "effective_rank"), bound_of(RANK_OR_SHAPE, "linear_L512"),
                      rank_or_shape_layers_mean("linear", "effective_rank")),
             (".3f", ".3f", ".2f", "d", ".2f")),
-    Reading(RESULTS, "(rank-32 softmax {} points below softmax at L = 128; elu + 1's gap {} points wider at L = 512), but "
-            "it is not most of elu + 1's loss: at the same rank of {}, elu + 1 trails rank-32 softmax by {} points (95% "
-            "CI {} to {}), and what this study measured to differ between them is the rows' shape ({} of the maximum entropy "
-            "against {})",
+    Reading(RESULTS, "(rank-32 softmax {} points below softmax at L = 128), but what the rest of elu + 1's loss is, this "
+            "study's arms do not separate. At the same hard bound of {}, elu + 1 trails rank-32 softmax by {} points (95% "
+            "CI {} to {}), and the two differ in more than the rows' shape ({} of the maximum entropy against {})",
             lambda: (below(rank_or_shape_contrast("rank: rank-32 softmax's gap"))[0],
-                     below(rank_or_shape_contrast("rank: linear's gap at L = 512"))[0],
                      _one(bound_of(RANK_OR_SHAPE, run) for run in ("softmax_rank32", "linear")),
                      *rank_or_shape_contrast("rank-32 softmax above linear"),
                      *(rank_or_shape_layers_mean(run, "entropy_fraction") for run in ("linear", "softmax_rank32"))),
-            (".1f", ".1f", "d", ".1f", ".1f", ".1f", ".3f", ".3f")),
-    Reading(RESULTS, "softmax's trained rows flattened to elu + 1's entropy lose {} points at full rank",
+            (".1f", "d", ".1f", ".1f", ".1f", ".3f", ".3f")),
+    Reading(RESULTS, "flatten the trained softmax's rows to elu + 1's entropy and lose {} points at full numerical rank",
             lambda: (below(rank_or_shape_contrast("flattened by T = 4 (", INTERVENTIONS))[0],)),
     # the rank-or-shape study at L = 512 (part 7)
     Reading(RESULTS, "reaches {} ± {}%, where it reached {} ± {}% at L = 128, at the rate it picked inside its grid "
