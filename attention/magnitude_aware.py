@@ -33,8 +33,9 @@ class MagnitudeAwareAttention(KernelizedAttention):
     causally over the keys up to i: l_i from the chunked sums of the kernelised kinds, Z_i, N_i and vbar_i from
     running sums over [B, L, H, m] features, no [B, H, L, m, Dv] tensor.
 
-    Everything after the features is float32, the output rounded once to v's dtype: o_i is a difference of two
-    terms of size Z_i |v| (Z_i ~ L m for elu + 1 features near 1), which bfloat16 would cancel to noise. A query
+    Everything from the inputs on is float32, the features included, the output rounded once to v's dtype: o_i is
+    a difference of two terms of size Z_i |v| (Z_i ~ L m for elu + 1 features near 1), which bfloat16 would cancel to
+    noise. A query
     with no allowed key has Z = N = 0 and attends to nothing. Decoding keeps S = sum phi(k) [v, 1]^T as
     `linear` does, with the sum of the values and their count beside it."""
 
@@ -50,8 +51,10 @@ class MagnitudeAwareAttention(KernelizedAttention):
         """float32 phi(q), and phi(k) and v with padded keys zeroed; [B, Lk] 1.0 where a key is allowed."""
         key_mask = masks.key_padding(mask, k.shape[0], k.shape[1])
         valid = jnp.ones(k.shape[:2], jnp.float32) if key_mask is None else key_mask.astype(jnp.float32)
-        phi_k, v = (_in_float32(x) * valid[:, :, None, None] for x in (self.features(k), v))
-        return _in_float32(self.features(q)), phi_k, v, valid
+        # Features of float32 inputs: elu + 1 in bfloat16 rounds x + 1 to 8 bits, and the output's difference of two
+        # terms of size Z |v| would carry that rounding at full size.
+        phi_k, v = (x * valid[:, :, None, None] for x in (self.features(_in_float32(k)), _in_float32(v)))
+        return self.features(_in_float32(q)), phi_k, v, valid
 
     def _combine(self, linear, normaliser, value_sum, count):
         """o = l (1 + Z + eps) - Z vbar: linear [B, Lq, H, Dv], normaliser Z [B, Lq, H, 1], value_sum
@@ -89,7 +92,7 @@ class MagnitudeAwareAttention(KernelizedAttention):
         return numerator_and_normaliser[..., :-1] / (normaliser + self.eps), normaliser
 
     def _row(self, q, memory):
-        linear, normaliser = self._attend(_in_float32(self.features(q)), memory["state"])
+        linear, normaliser = self._attend(self.features(_in_float32(q)), memory["state"])
         out = self._combine(linear, normaliser, memory["value_sum"][:, None], memory["count"][:, None, None, None])
         return out.astype(q.dtype)
 

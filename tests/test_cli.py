@@ -112,7 +112,7 @@ def test_a_config_files_own_mistake_is_named_with_the_file(run_script, tmp_path,
 
 def test_a_misspelled_kind_is_named_with_the_closest_kinds(run_script):
     error = _one_error_line(run_script("train.py", "--workdir=unused", "--config.attention.name=softmx"))
-    assert error.endswith(f"{', '.join(package_kinds())}; did you mean softmax, softmax_rank?"), error
+    assert error.endswith(f"{', '.join(package_kinds())}; did you mean softmax, softmax_rank, softmax_capped?"), error
 
 
 def test_print_config_prints_the_resolved_config_and_what_the_overrides_changed(run_script, tmp_path):
