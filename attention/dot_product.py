@@ -13,7 +13,7 @@ SOFTMAX_IMPLEMENTATION = option_specs.Option(
     "softmax_implementation", "auto",
     "who computes the softmax: `auto` (cuDNN flash attention where the GPU, dtype and mask allow it, else XLA), "
     "`xla` or `cudnn` (an error where it cannot run), see attention/fused.py",
-    choices=fused.IMPLEMENTATIONS, refused_where_unread=True)
+    choices=fused.IMPLEMENTATIONS)
 
 
 def _zero_rows_without_keys(out, allowed):

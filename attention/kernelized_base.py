@@ -25,7 +25,7 @@ KERNELIZED_IMPLEMENTATION = option_specs.Option(
     "apply, else `xla`), `xla` (the custom-VJP sums), `pallas` (off a GPU in interpret mode, for tests) or "
     "`autodiff` (XLA's autodiff of the chunked sums, kept as the yardstick), see attention/kernel_sums.py; "
     "gated_linear, delta and gated_delta: `auto` or `autodiff`, their one path; based: its Taylor part's",
-    choices=kernel_sums.IMPLEMENTATIONS, refused_where_unread=True)
+    choices=kernel_sums.IMPLEMENTATIONS)
 # The option of a kind with one path, differentiated by XLA's autodiff (gated_linear, delta, gated_delta).
 ONE_PATH_IMPLEMENTATION = KERNELIZED_IMPLEMENTATION.narrowed(("auto", "autodiff"))
 

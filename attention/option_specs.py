@@ -75,9 +75,6 @@ class Option:
     help: str
     choices: tuple = ()
     rule: Callable[[str, object], None] | None = None
-    # Set away from its default where no kind in use reads it, the config checks refuse it: an option that
-    # picks who computes a base's attention would otherwise choose nothing, silently.
-    refused_where_unread: bool = False
 
     def check(self, value) -> None:
         if self.choices and value not in self.choices:

@@ -71,6 +71,12 @@ def _files(workdir: str) -> dict[str, bytes]:
      "error: config.attention options for kind 'performer': num_features=0 must be an integer >= 1"),
     (["--config.attention.eps=0", "--config.attention.name=linear"],
      "error: config.attention options for kind 'linear': eps=0.0 must be a number > 0"),
+    (["--config=configs/translation.py:tiny,attention=linear", "--config.attention.num_features=128"],
+     "error: config.attention.num_features=128 is read by no kind in use (encoder_self: linear, decoder_self: linear, "
+     "cross: linear), only by performer; leave it at 64"),
+    (["--config=configs/translation.py:tiny", "--config.attention.window=8"],
+     "error: config.attention.window=8 is read by no kind in use (encoder_self: softmax, decoder_self: softmax, "
+     "cross: softmax), only by based, local, local_predictive; leave it at 3"),
     (["--config=configs/translation.py:nope"], "error: unknown config preset 'nope'; known presets: "),
     (["--config=configs/translation.py:tny"], "error: unknown config preset 'tny'; known presets: attention, "
                                               "full_train, rnn, split, tiny; did you mean tiny?"),

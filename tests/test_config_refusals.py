@@ -86,3 +86,34 @@ def test_a_vocabulary_smaller_than_the_corpus_characters_names_the_size_needed(t
     with pytest.raises(files.DataFileError, match=r"vocab_size=8 is smaller than the \d+ pieces"):
         tokenizer.train_sentencepiece(["hello world abcdefg xyz"], str(model), 8)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("kind, option, value, readers", [
+    ("softmax", "window", 8, "based, local, local_predictive"),  # a score kind's (local's window)
+    ("linear", "dropout_rate", 0.1, "additive, dot, forced_forward"),  # every score kind's, under a kernelised kind
+    ("linear", "taylor_order", 4, "based, taylor"),  # a kernelised kind's
+    ("delta", "decay_bias", 5.0, "gated_delta, gated_linear"),  # the gated kinds'
+    ("softmax", "rank", 8, "landmark_softmax, softmax_rank"),  # the rank controls'
+    ("linear", "logit_cap", 2.0, "softmax_capped"),
+])
+def test_an_option_no_kind_in_use_reads_is_refused_naming_its_readers(tiny_config, kind, option, value, readers):
+    """Set away from its default, an option the kinds in use ignore would change nothing, silently: refused in
+    one line that names the kinds that read it. At its default it is no mistake."""
+    from training import validate
+    config = tiny_config()
+    config.attention.name = kind
+    validate.validate(config)
+    config.attention[option] = value
+    with pytest.raises(ConfigError, match=rf"^config.attention.{option}={value!r} is read by no kind in use "
+                                          rf"\(encoder_self: {kind}, decoder_self: {kind}, cross: {kind}\), only by "
+                                          rf"{readers}[^;]*; leave it at "):
+        validate.validate(config)
+
+
+def test_an_unread_option_with_a_value_every_reader_refuses_says_why_too(tiny_config):
+    from training import validate
+    config = tiny_config()
+    config.attention.chunk_size = -1
+    with pytest.raises(ConfigError, match=r"^config.attention.chunk_size=-1 is read by no kind in use .*, only by "
+                                          r"based, .* \(kind 'based' refuses it: chunk_size=-1 must be an integer >= 0"):
+        validate.validate(config)

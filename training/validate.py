@@ -88,28 +88,27 @@ def _check_implementation_here(config, kind: str) -> None:
 
 
 def _check_unread_option(option: str, value, role_kinds: dict[str, str]) -> None:
-    """An option that no kind in use reads: refused where its declaration says so (an implementation option, which
-    would choose nothing), else it must still be a value that some kind that reads it accepts."""
+    """An option set away from its default that no kind in use reads: refused in one line naming the kinds that
+    read it (it would change nothing, silently: a run that widens linear attention with Performer's num_features
+    would compare nothing), with the reason a reader would refuse the value too, where one would."""
     kinds = registry.readers(option)
-    declared = registry.options_of(kinds[0])[option]
-    if declared.refused_where_unread:
-        in_use = ", ".join(f"{role}: {kind}" for role, kind in role_kinds.items())
-        raise ConfigError(f"config.attention.{option}={value!r} is read by no kind in use ({in_use}), only by "
-                          f"{', '.join(kinds)}; leave it at {declared.default!r}")
-    first_refusal = ""
+    default = registry.options_of(kinds[0])[option].default
+    in_use = ", ".join(f"{role}: {kind}" for role, kind in role_kinds.items())
+    refusals = []
     for kind in kinds:
         try:
             registry.options_of(kind)[option].check(value)
-            return
         except ValueError as error:
-            first_refusal = first_refusal or f"kind {kind!r} refuses it: {error}"
-    raise ConfigError(f"config.attention.{option}={value!r} is read by no kind in use, and {first_refusal}")
+            refusals.append(f"kind {kind!r} refuses it: {error}")
+    invalid = f" ({refusals[0]})" if len(refusals) == len(kinds) else ""
+    raise ConfigError(f"config.attention.{option}={value!r} is read by no kind in use ({in_use}), only by "
+                      f"{', '.join(kinds)}{invalid}; leave it at {default!r}")
 
 
 def _check_kind_options(config, task) -> None:
     """Checks each option a kind in use reads by that kind's declaration (attention/registry.py), building no
-    kind, and each option set away from its default that none of them reads: here, before any data is built
-    or anything is compiled."""
+    kind, and refuses each option set away from its default that none of them reads: here, before any data is
+    built or anything is compiled."""
     role_kinds = model_config.role_kinds(config, task.roles(config))
     in_use = model_config.kind_options(config, task.roles(config))
     for kind, options in in_use.items():
