@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import types
 import sys
 import tarfile
 import tempfile
@@ -42,6 +43,9 @@ class Sizes:
     linear_paths: tuple[str, ...]  # python -m scripts.bench_linear_paths
     attention: tuple[str, ...]  # python -m scripts.bench_attention
     train: tuple[str, ...]  # python -m scripts.bench_train
+    # The study step's in place of --study, --study_runs, --study_seeds, --study_dtype, --study_jobs (None: theirs):
+    # the smoke run's is the task's tiny study, whatever study a lent machine would train.
+    study: dict | None = None
 
 
 SIZES = {
@@ -61,7 +65,8 @@ SIZES = {
         attention=("--kinds=softmax,linear", "--dtype=bfloat16", "--implementation=auto", "--masks=none", "--batch=2",
                    "--heads=2", "--head_dim=16", "--lengths=32,64", "--repeats=1"),
         train=("--configs=configs/mlm.py:tiny", "--overrides=compute_dtype=bfloat16", "--batches=fixed", "--rounds=1",
-               "--steps_per_round=2")),
+               "--steps_per_round=2"),
+        study={"study": "mlm:tiny", "study_runs": "", "study_seeds": 1, "study_dtype": "", "study_jobs": 0}),
 }
 
 
@@ -155,17 +160,19 @@ def _bench(script: str, arguments: str, folder: str, workdir: bool = False):
 def _study(probe: Probe, cap_s: float) -> list[str]:
     """The study --study (task:preset): its runs --study_runs (all where empty),
     --study_seeds seeds each, in --study_dtype (the config's own where empty), --study_jobs at once (compare's
-    default, one per GPU, where 0)."""
-    if not probe.options.study:
+    default, one per GPU, where 0); in a smoke run, the toy study its Sizes name."""
+    sized = SIZES[getattr(probe, "size", "full")].study
+    options = types.SimpleNamespace(**sized) if sized else probe.options
+    if not options.study:
         raise Skipped("PROBE_STUDY is empty")
-    task, _, preset = probe.options.study.rpartition(":")
+    task, _, preset = options.study.rpartition(":")
     if not task:
-        raise Refused(f"--study={probe.options.study}: name the task too, task:preset")
-    runs = [f"--only={probe.options.study_runs}"] if probe.options.study_runs else []
-    dtype = [f"--config.compute_dtype={probe.options.study_dtype}"] if probe.options.study_dtype else []
-    jobs = [f"--jobs={probe.options.study_jobs}"] if probe.options.study_jobs else []
+        raise Refused(f"--study={options.study}: name the task too, task:preset")
+    runs = [f"--only={options.study_runs}"] if options.study_runs else []
+    dtype = [f"--config.compute_dtype={options.study_dtype}"] if options.study_dtype else []
+    jobs = [f"--jobs={options.study_jobs}"] if options.study_jobs else []
     return _module("scripts.compare", f"--task={task}", f"--preset={preset}", *runs, *jobs,
-                   f"--seeds={probe.options.study_seeds}", f"--runs_dir={probe.path('study', 'runs')}",
+                   f"--seeds={options.study_seeds}", f"--runs_dir={probe.path('study', 'runs')}",
                    f"--reports_dir={probe.path('study')}", "--", "--config.wandb.mode=disabled", *dtype)
 
 

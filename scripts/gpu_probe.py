@@ -22,7 +22,7 @@ under 15 s is skipped; benchmarks/probe.py):
                 runs --study_runs, --study_seeds seeds each: by default MLM rank_or_shape's arms at L = 512, 2
                 seeds, in bfloat16 (PROBE_STUDY= , empty, skips it); its report folder comes back as study.tgz.
                 Zoology's Figure 2 cells: --study=recall:zoology --study_runs= --study_seeds=1 --study_dtype=
-                --study_jobs=4 (small models: four share the GPU)
+                --study_jobs=4 (small models: four share the GPU). With --smoke: mlm's tiny study, one seed
 After every step --out holds summary.md, results.json (every step's status, seconds and findings), logs.txt
 (each step's log, cut to its head and tail) and the benchmarks' reports: at most 8 files, none in a folder,
 as a lent machine gives them back. WANDB_MODE=disabled throughout. Exit status 1 if a step failed or timed out.

@@ -199,3 +199,15 @@ def test_docs_gpu_numbers_are_the_committed_probe_results():
                                 f"{worst['bfloat16']:.1e} in bfloat16" in docs)
     tests = steps["tests"]["result"]
     assert f"ran {tests['ran']} of the {tests['selected']} accelerator tests, {tests['counts']['PASSED']} passed" in docs
+
+
+def test_the_smoke_study_step_trains_the_tiny_study_whatever_study_is_named(tmp_path):
+    """A smoke run on a CPU trains mlm's tiny study (two runs, one seed), not the lent machine's study at L = 512,
+    which no CPU finishes in the smoke's budget."""
+    named = types.SimpleNamespace(study="mlm:rank_or_shape", study_runs="softmax_L512", study_seeds=2,
+                                  study_dtype="bfloat16", study_jobs=0)
+    smoke = types.SimpleNamespace(options=named, size="smoke", path=lambda *parts: str(tmp_path.joinpath(*parts)))
+    command = probe._study(smoke, 60)
+    assert command[command.index("scripts.compare") + 1:] == [
+        "--task=mlm", "--preset=tiny", "--seeds=1", f"--runs_dir={tmp_path / 'study' / 'runs'}",
+        f"--reports_dir={tmp_path / 'study'}", "--", "--config.wandb.mode=disabled"]
