@@ -119,3 +119,19 @@ def test_a_kind_without_a_reference_or_with_a_second_default_is_refused(monkeypa
     message = "option 'eps' defaults to 1e-06 in kind 'based' but to 0.001 in 'unreferenced'"
     with pytest.raises(ValueError, match=message):
         attention.option_defaults()
+
+
+def test_readme_kinds_table_lists_each_kinds_own_options():
+    """README's table of kinds: each row's options are options of its kind, and name every option the kind itself
+    declares (OWN_OPTIONS, but for the implementation options the text below the table explains): the gated kinds'
+    decay_bias was missing."""
+    readme = (pathlib.Path(__file__).parents[1] / "README.md").read_text()
+    table = readme[readme.index("| kind | paper | feature dim m | options (besides the shared ones) |"):].split("\n\n")[0]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()[2:]]
+    implementation = {"softmax_implementation", "kernelized_implementation"}
+    for cells in rows:
+        kind = re.findall(r"`(\w+)`", cells[0])[0]
+        listed = set(re.findall(r"`(\w+)`", cells[-1]))
+        own = {option.name for option in registry.get(kind).OWN_OPTIONS} - implementation
+        assert own <= listed <= set(attention.options(kind)), (kind, listed)
+    assert {re.findall(r"`(\w+)`", cells[0])[0] for cells in rows} >= set(PACKAGE_KINDS) - {"scaled_dot"}
