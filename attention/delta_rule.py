@@ -48,7 +48,7 @@ class DeltaAttention(KernelizedAttention):
     def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, **base_options):
         super().__init__(**base_options)
         self.feature_dim = head_dim
-        self.beta_weight, self.beta_bias = key_gates.parameters(num_heads, head_dim, 0.0)
+        self.beta_weight, self.beta_bias = key_gates.parameters(num_heads, head_dim, 0.0, decay=False)
 
     def features(self, x):
         """x / sqrt(|x|^2 + eps) in float32."""

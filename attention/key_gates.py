@@ -20,11 +20,19 @@ DECAY_BIAS = option_specs.Option(
     "0.95 at 3, 0.993 at 5", rule=option_specs.positive("sigmoid(b) <= 0.5 would halve the state at every position"))
 
 
-def parameters(num_heads: int, head_dim: int, bias: float, features: int | None = None):
+class DecayParam(nnx.Param):
+    """A parameter of a decay (its gate's w and b): the optimizer keeps it out of weight decay unless
+    config.weight_decay_on_decays (training/steps.py), as Mamba2 and Gated DeltaNet keep A_log and dt_bias out of
+    it: AdamW's decay would pull b toward 0, the gate toward sigmoid(0) = 0.5, a state halved at every position."""
+
+
+def parameters(num_heads: int, head_dim: int, bias: float, features: int | None = None, decay: bool = True):
     """(w [H, d] at 0, b [H] at `bias`), or with `features` = m one scalar per feature, (w [H, m, d], b [H, m]):
-    every position starts at sigmoid(bias), whatever its key."""
+    every position starts at sigmoid(bias), whatever its key. A decay's are DecayParams; a write strength's (the
+    delta rule's beta, `decay` False) ordinary Params."""
     per_head = (num_heads,) if features is None else (num_heads, features)
-    return nnx.Param(jnp.zeros(per_head + (head_dim,))), nnx.Param(jnp.full(per_head, float(bias)))
+    kind = DecayParam if decay else nnx.Param
+    return kind(jnp.zeros(per_head + (head_dim,))), kind(jnp.full(per_head, float(bias)))
 
 
 def _logit(k, weight, bias):

@@ -21,6 +21,9 @@ def base_config(task: str) -> ml_collections.ConfigDict:
     config.learning_rate = 1e-3  # peak, after linear warmup; cosine decay to 0 at the last step
     config.warmup_steps = 200
     config.weight_decay = 0.01  # AdamW
+    # Whether AdamW's weight decay reaches the decays' parameters (key_gates.DecayParam): False, the field's practice
+    # (Mamba2, Gated DeltaNet); True, the ablation, and how the gated kinds trained before 2026-11-29.
+    config.weight_decay_on_decays = False
     config.grad_clip_norm = 1.0  # global norm; 0: no clipping
     # A step with a non-finite loss or gradient never updates the parameters; then "stop" ends the run
     # with an error naming the step, "skip" trains on and counts such steps (`skipped_steps` in metrics).

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from attention import aux_losses
+from attention import aux_losses, key_gates
 from training import sharding
 
 
@@ -20,14 +20,22 @@ def learning_rate_schedule(config, peak: float | None = None):
         decay_steps=max(config.num_train_steps, config.warmup_steps + 1), end_value=0.0)
 
 
+def decayed(params):
+    """The weight-decay mask of a params State: True for every parameter but a decay's (key_gates.DecayParam)."""
+    return jax.tree.map(lambda variable: not isinstance(variable, key_gates.DecayParam), params,
+                        is_leaf=lambda node: isinstance(node, nnx.Variable))
+
+
 def create_optimizer(config, peak: float | None = None) -> optax.GradientTransformation:
-    """AdamW under learning_rate_schedule(config, peak), after clipping. Packed runs (training/packed.py) share
-    the one of peak 1 and scale each run's update by its own rate: AdamW's update is linear in the rate, weight
-    decay's term included."""
+    """AdamW under learning_rate_schedule(config, peak), after clipping, its weight decay on every parameter but
+    the decays' (`decayed`) unless config.weight_decay_on_decays. Packed runs (training/packed.py) share the one
+    of peak 1 and scale each run's update by its own rate: AdamW's update is linear in the rate, weight decay's
+    term included."""
     clip = optax.clip_by_global_norm(config.grad_clip_norm) if config.grad_clip_norm else optax.identity()
+    mask = None if config.weight_decay_on_decays else decayed
     return optax.chain(
         clip,
-        optax.adamw(learning_rate_schedule(config, peak), weight_decay=config.weight_decay))
+        optax.adamw(learning_rate_schedule(config, peak), weight_decay=config.weight_decay, mask=mask))
 
 
 def init_state(model: nnx.Module, optimizer: optax.GradientTransformation):
