@@ -3,7 +3,7 @@
 eval.py takes it when --config is left out; train.py takes it to continue a run without repeating its
 presets, e.g. `--config=configs/workdir.py:runs/x --config.num_train_steps=6000
 --config.resume_with_changes=num_train_steps`. A field the run's config.json lacks (written before the
-field existed) keeps its default.
+field existed) keeps its default, or takes the value runs had before it (BEFORE_THEY_EXISTED).
 """
 import os
 
@@ -41,13 +41,21 @@ def _replaced_at_default(field: str, value, where: str) -> bool:
                        f"the one its kinds read")
 
 
+# Fields whose default is not what a run trained with before the field existed: such a run's config.json lacks
+# them and loads at this value.
+BEFORE_THEY_EXISTED = {"weight_decay_on_decays": True}  # weight decay reached every parameter
+
+
 def from_record(record: dict, where: str):
     """The ConfigDict of a config.json without its runtime: its task's default config with the record's
-    values; a field the record lacks (written before the field existed) keeps its default."""
+    values; a field the record lacks (written before the field existed) keeps its default, or the value runs
+    trained with before it existed (BEFORE_THEY_EXISTED)."""
     task = record.get("task")
     if task not in tasks.names():
         raise WorkdirError(f"{where}: task={task!r} is not a task of this lab")
     config = BY_TASK[task].get_config()
+    config.update_from_flattened_dict({field: value for field, value in BEFORE_THEY_EXISTED.items()
+                                       if field not in record})
     for field, value in workdirs.flatten(record).items():
         if _replaced_at_default(field, value, where):
             continue

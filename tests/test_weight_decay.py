@@ -2,6 +2,7 @@
 declared tag, every other parameter in it; config.weight_decay_on_decays puts them back (the ablation)."""
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 
@@ -36,7 +37,7 @@ def test_the_decays_parameters_are_out_of_weight_decay_and_nothing_else(tiny_con
     assert _moved(config, _params("gated_delta")) == {"beta_weight", "beta_bias"}
     assert _moved(config, _params("gated_linear")) == set()
     mask = steps.decayed(_params("gated_delta"))
-    assert {path[0]: value for path, value in nnx.State(mask).flat_state()} == {
+    assert {path[0]: variable.value for path, variable in mask.flat_state()} == {
         "beta_weight": True, "beta_bias": True, "gate_weight": False, "gate_bias": False}
     config.weight_decay_on_decays = True  # the ablation: every parameter decays
     assert _moved(config, _params("gated_delta")) == {"beta_weight", "beta_bias", "gate_weight", "gate_bias"}
@@ -49,3 +50,33 @@ def test_only_decays_are_tagged():
         module = attention.create(kind, num_heads=2, head_dim=4, rngs=nnx.Rngs(0))
         tagged |= {(kind, path[0]) for path, _ in nnx.state(module, key_gates.DecayParam).flat_state()}
     assert tagged == {(kind, name) for kind in ("gated_linear", "gated_delta") for name in ("gate_weight", "gate_bias")}
+
+
+def test_the_optimizer_is_optax_adamw_in_its_state_and_updates(tiny_config):
+    """Its state is optax.adamw's, so that a checkpoint written before the exemption restores; with no decay's
+    parameter to exempt, its updates are adamw's."""
+    config = tiny_config()
+    config.warmup_steps, config.weight_decay = 1, 0.1
+    params = _params("linear") | {"w": nnx.Param(jnp.arange(3.0))}
+    ours, theirs = steps.create_optimizer(config), optax.chain(
+        optax.clip_by_global_norm(config.grad_clip_norm),
+        optax.adamw(steps.learning_rate_schedule(config), weight_decay=config.weight_decay))
+    states = [optimizer.init(params) for optimizer in (ours, theirs)]
+    assert jax.tree.structure(states[0]) == jax.tree.structure(states[1])
+    gradients = jax.tree.map(lambda x: 0.1 * jnp.ones_like(x), params)
+    for _ in range(2):
+        (mine, states[0]), (want, states[1]) = (optimizer.update(gradients, state, params)
+                                                for optimizer, state in zip((ours, theirs), states))
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), mine, want)
+
+
+def test_a_run_recorded_before_the_exemption_loads_with_weight_decay_on_its_decays():
+    """Its checkpoints hold a model trained with weight decay on every parameter: continued or evaluated, it is
+    that run; a record that names the field keeps its value."""
+    from configs import recall as recall_config
+    from configs import workdir as workdir_config
+    record = recall_config.get_config("tiny").to_dict()
+    del record["weight_decay_on_decays"]
+    assert workdir_config.from_record(record, "runs/x/config.json").weight_decay_on_decays is True
+    record["weight_decay_on_decays"] = False
+    assert workdir_config.from_record(record, "runs/x/config.json").weight_decay_on_decays is False

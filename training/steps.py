@@ -21,21 +21,35 @@ def learning_rate_schedule(config, peak: float | None = None):
 
 
 def decayed(params):
-    """The weight-decay mask of a params State: True for every parameter but a decay's (key_gates.DecayParam)."""
-    return jax.tree.map(lambda variable: not isinstance(variable, key_gates.DecayParam), params,
-                        is_leaf=lambda node: isinstance(node, nnx.Variable))
+    """The weight-decay mask of a params State, in its structure: True for every parameter but a decay's
+    (key_gates.DecayParam)."""
+    return jax.tree.map(lambda variable: jax.tree.map(lambda _: not isinstance(variable, key_gates.DecayParam),
+                                                      variable),
+                        params, is_leaf=lambda node: isinstance(node, nnx.Variable))
+
+
+def _decayed_weights(weight_decay: float, exempt_decays: bool) -> optax.GradientTransformation:
+    """optax.add_decayed_weights (updates + weight_decay x params), the decays' parameters left out where
+    `exempt_decays`. Its own and not optax's mask, whose state wraps the inner one: this keeps AdamW's state as
+    optax.adamw's, so that every checkpoint written before the exemption restores."""
+    def update(updates, state, params):
+        keep = decayed(params) if exempt_decays else jax.tree.map(lambda _: True, params)
+        return jax.tree.map(lambda u, p, k: u + weight_decay * p if k else u, updates, params, keep), state
+
+    return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
 
 def create_optimizer(config, peak: float | None = None) -> optax.GradientTransformation:
     """AdamW under learning_rate_schedule(config, peak), after clipping, its weight decay on every parameter but
-    the decays' (`decayed`) unless config.weight_decay_on_decays. Packed runs (training/packed.py) share the one
-    of peak 1 and scale each run's update by its own rate: AdamW's update is linear in the rate, weight decay's
-    term included."""
+    the decays' (`decayed`) unless config.weight_decay_on_decays: optax.adamw's chain with its decay step
+    masked. Packed runs (training/packed.py) share the one of peak 1 and scale each run's update by its own rate:
+    AdamW's update is linear in the rate, weight decay's term included."""
     clip = optax.clip_by_global_norm(config.grad_clip_norm) if config.grad_clip_norm else optax.identity()
-    mask = None if config.weight_decay_on_decays else decayed
     return optax.chain(
         clip,
-        optax.adamw(learning_rate_schedule(config, peak), weight_decay=config.weight_decay, mask=mask))
+        optax.chain(optax.scale_by_adam(),
+                    _decayed_weights(config.weight_decay, not config.weight_decay_on_decays),
+                    optax.scale_by_learning_rate(learning_rate_schedule(config, peak))))
 
 
 def init_state(model: nnx.Module, optimizer: optax.GradientTransformation):
