@@ -140,7 +140,9 @@ def _tests(probe: Probe, cap_s: float) -> list[str]:
     per_test = [f"--timeout={PER_TEST_TIMEOUT_S}"] if importlib.util.find_spec("pytest_timeout") else []
     # One process got through a quarter of the accelerator tests in 150 s on an H200, most of it compiling;
     # four share the GPU (conftest turns preallocation off) and its 16 cores.
-    workers = ["-n", str(TEST_WORKERS)] if probe.size != "smoke" and importlib.util.find_spec("xdist") else []
+    # Whole files to each worker in the order given: the GPU-specific files first, before a cap can stop the run.
+    workers = (["-n", str(TEST_WORKERS), "--dist", "loadfile"]
+               if probe.size != "smoke" and importlib.util.find_spec("xdist") else [])
     return _module("pytest", "-m", "accelerator", "-p", "no:cacheprovider", "-o", "addopts=", "-v", "-rfE",
                    *workers, *per_test, *SIZES[probe.size].tests)
 
@@ -160,11 +162,12 @@ def _bench(script: str, arguments: str, folder: str, workdir: bool = False):
 def _study(probe: Probe, cap_s: float) -> list[str]:
     """The study --study (task:preset): its runs --study_runs (all where empty),
     --study_seeds seeds each, in --study_dtype (the config's own where empty), --study_jobs at once (compare's
-    default, one per GPU, where 0); in a smoke run, the toy study its Sizes name."""
+    default, one per GPU, where 0); in a smoke run, the toy study its Sizes name in its place (PROBE_STUDY empty:
+    none)."""
+    if not probe.options.study:
+        raise Skipped("PROBE_STUDY is empty")
     sized = SIZES[getattr(probe, "size", "full")].study
     options = types.SimpleNamespace(**sized) if sized else probe.options
-    if not options.study:
-        raise Skipped("PROBE_STUDY is empty")
     task, _, preset = options.study.rpartition(":")
     if not task:
         raise Refused(f"--study={options.study}: name the task too, task:preset")

@@ -108,8 +108,14 @@ def test_custom_vjp_equals_the_autodiff_path_under_a_growing_stabiliser(length, 
 def test_pallas_kernels_equal_the_xla_path(kind, growth, reference):
     """In interpret mode: plain features, a growing stabiliser, position-dependent features; 13 positions in
     chunks of 4 (the last padded), padded keys; outputs and gradients. Against the XLA path, whose per-chunk
-    steps the kernels share, and against the autodiff path, which shares none of them."""
-    _compare(kind, "sequential", length=13, chunk_size=4, growth=growth, paths=("pallas", reference))
+    steps the kernels share, and against the autodiff path, which shares none of them. On a GPU the kernels compile
+    for real, and refuse these toy widths: skipped there, saying why (the GPU's own widths are bench_linear_paths')."""
+    try:
+        _compare(kind, "sequential", length=13, chunk_size=4, growth=growth, paths=("pallas", reference))
+    except ValueError as error:
+        if jax.default_backend() != "gpu" or "kernelized_implementation='pallas' cannot run here" not in str(error):
+            raise
+        pytest.skip(f"on this GPU: {error}")
 
 
 @pytest.mark.skipif(jax.default_backend() == "gpu", reason="interpret mode is the kernels' path off a GPU")
