@@ -13,7 +13,7 @@ from ml_collections import config_flags
 
 from runtime import cli
 from training import evaluation
-from training.loop import evaluate, test_summary
+from training.loop import evaluate, evaluation_dir, test_summary
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file[:presets]; default: the workdir's own, "
                                           f"{cli.WORKDIR_CONFIG}:<workdir>.")
@@ -24,8 +24,9 @@ def main(argv):
     del argv
     logging.set_verbosity(logging.WARNING)  # Orbax and TFDS log every file operation at INFO
     result = evaluate(_CONFIG.value, _WORKDIR.value)
+    written = os.path.join(evaluation_dir(_WORKDIR.value, result["step"]), evaluation.EVAL_FILE)
     print(f"evaluated the checkpoint at step {result['step']} on the {result['split']} split: "
-          f"{test_summary(result)}; written to {os.path.join(_WORKDIR.value, evaluation.EVAL_FILE)}", flush=True)
+          f"{test_summary(result)}; written to {written}", flush=True)
 
 
 if __name__ == "__main__":

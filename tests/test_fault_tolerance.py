@@ -181,6 +181,8 @@ def test_eval_py_falls_back_past_a_latest_checkpoint_that_does_not_restore_and_w
         assert json.load(f)["step"] == 14
     assert (f"warning: {later} is of step 20, later than the checkpoint at step 14 that restores; this evaluation "
             f"goes to {workdir}/eval_step14, and eval.json stays as it is") in capsys.readouterr().out
+    # eval.py's last line names the file this evaluation wrote, not the later eval.json beside it.
+    assert loop.evaluation_dir(workdir, 14) == os.path.join(workdir, "eval_step14")
     saved = ocp.StandardCheckpointer().restore(os.path.join(reference, "checkpoints", "14", "state"))["params"]
     def by_path(tree):  # Orbax restores list indices as strings, and a Variable as {"value": array}
         names = lambda path: tuple(str(getattr(key, "key", getattr(key, "idx", key))) for key in path)

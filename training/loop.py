@@ -372,9 +372,9 @@ def evaluate(config, workdir: str) -> dict:
         return _evaluate_latest(config, workdir)
 
 
-def _evaluation_dir(workdir: str, step: int) -> str:
-    """Where eval.py writes the evaluation of the checkpoint at `step` (eval.json, spectra.json, plots/): the
-    workdir, unless its eval.json is of a later step, whose checkpoint no longer restores: then
+def evaluation_dir(workdir: str, step: int) -> str:
+    """Where eval.py writes (and wrote) the evaluation of the checkpoint at `step` (eval.json, spectra.json,
+    plots/): the workdir, unless its eval.json is of a later step, whose checkpoint no longer restores: then
     eval_step<step>/ beside it, so that an older model's numbers never replace a later one's."""
     path = os.path.join(workdir, evaluation.EVAL_FILE)
     try:
@@ -383,10 +383,17 @@ def _evaluation_dir(workdir: str, step: int) -> str:
         later = step
     if not isinstance(later, int) or later <= step:
         return workdir
-    directory = os.path.join(workdir, f"eval_step{step}")
-    os.makedirs(directory, exist_ok=True)
-    print(f"warning: {path} is of step {later}, later than the checkpoint at step {step} that restores; this "
-          f"evaluation goes to {directory}, and eval.json stays as it is", flush=True)
+    return os.path.join(workdir, f"eval_step{step}")
+
+
+def _prepared_evaluation_dir(workdir: str, step: int) -> str:
+    """evaluation_dir, created, and said where it is not the workdir."""
+    directory = evaluation_dir(workdir, step)
+    if directory != workdir:
+        os.makedirs(directory, exist_ok=True)
+        path = os.path.join(workdir, evaluation.EVAL_FILE)
+        print(f"warning: {path} is of step {workdirs.read_json(path)['step']}, later than the checkpoint at step "
+              f"{step} that restores; this evaluation goes to {directory}, and eval.json stays as it is", flush=True)
     return directory
 
 
@@ -410,7 +417,7 @@ def _evaluate_latest(config, workdir: str) -> dict:
     task = tasks.get(config.task)
     step, model, data = restore_latest_model(task, config, workdir)
     try:
-        return evaluation.evaluate_and_write(task, config, _evaluation_dir(workdir, step), model, data, step)
+        return evaluation.evaluate_and_write(task, config, _prepared_evaluation_dir(workdir, step), model, data, step)
     except KeyboardInterrupt:
         print(f"interrupted while evaluating the checkpoint at step {step}: eval.json is as it was; rerun "
               f"eval.py to evaluate it", flush=True)
