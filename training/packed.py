@@ -203,6 +203,7 @@ def _log(pack: _Pack, windows, stacked: list[dict], progress: loop.Progress, don
             loop.log_train_window(run, pack.writers[index], window, pace, done, elapsed(index))
         except FloatingPointError as error:
             pack.live[index] = False
+            pack.writers[index].close()  # its lines so far stay; it writes no more
             print(f"error: {run.workdir}: {error}", flush=True)
 
 
