@@ -25,6 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MLM = "reports/mlm/standard"
 RANK_OR_SHAPE = "reports/mlm/rank_or_shape"
 INTERVENTIONS = "reports/mlm/rank_or_shape/interventions"
+CONTROLS = "reports/mlm/rank_or_shape_controls"
 RECALL_STATE = "reports/recall/state"
 STATE_BIDIRECTIONAL = "reports/recall/state_bidirectional"
 GATE_INIT = "reports/recall/gate_init"
@@ -555,6 +556,17 @@ READINGS = [
     Reading(RESULTS, "on each slice it loses points at L = 512 ({} on the recall slice, 95% CI {} to {}; {} on the rest, {} "
             "to {})", lambda: (*below(slice_change("softmax_L512", "softmax", "recall")),
                               *below(slice_change("softmax_L512", "softmax", "rest")))),
+    # the controls of the rank-or-shape study
+    Reading(RESULTS, "capped softmax loses what elu + 1 loses: {} ± {}% against elu + 1's {}%, {} points below "
+            "softmax (95% CI {} to {}), at a numerical rank of {} with rows at {} of the maximum entropy and a stable "
+            "rank of {} (elu + 1: {} and {})",
+            lambda: (*rank_or_shape_accuracy("softmax_capped", CONTROLS), rank_or_shape_accuracy("linear_centred", CONTROLS)[0],
+                     *below(paired_points({"softmax_capped": 1.0, "softmax_centred": -1.0}, "masked_accuracy",
+                                          _results(CONTROLS))),
+                     rank_or_shape_layers_mean("softmax_capped", "numerical_rank", CONTROLS),
+                     *(rank_or_shape_layers_mean(run, field, CONTROLS) for run in ("softmax_capped", "linear_centred")
+                       for field in ("entropy_fraction", "stable_rank"))),
+            (".2f", ".2f", ".2f", ".1f", ".1f", ".1f", ".2f", ".3f", ".2f", ".3f", ".2f")),
     # the rank-or-shape study at L = 512 (parts 7 and 8) and its verdict
     Reading(RESULTS, "(part 8; the rate picked inside its grid, 1e-2: {}% on validation after 500 steps, against {}% to "
             "{}% at the other three) reaches {} ± {}%, {} points below softmax at the same length (95% CI {} to {}). "
