@@ -567,6 +567,17 @@ READINGS = [
                      *(rank_or_shape_layers_mean(run, field, CONTROLS) for run in ("softmax_capped", "linear_centred")
                        for field in ("entropy_fraction", "stable_rank"))),
             (".2f", ".2f", ".2f", ".1f", ".1f", ".1f", ".2f", ".3f", ".2f", ".3f", ".2f")),
+    Reading(RESULTS, "softmax through 32 landmarks reaches {} ± {}%, {} points below elu + 1 (95% CI {} to {}: the "
+            "committed \"within 2\" straddled again), with rows at {} of the maximum entropy, an effective rank of {} "
+            "and a stable rank of {}. Across the three arms at elu + 1's level, what they share is a stable rank near 1 "
+            "to 2 (softmax: {})",
+            lambda: (*rank_or_shape_accuracy("landmark32", CONTROLS),
+                     *below(paired_points({"landmark32": 1.0, "linear_centred": -1.0}, "masked_accuracy",
+                                          _results(CONTROLS))),
+                     *(rank_or_shape_layers_mean("landmark32", field, CONTROLS)
+                       for field in ("entropy_fraction", "effective_rank", "stable_rank")),
+                     rank_or_shape_layers_mean("softmax_centred", "stable_rank", CONTROLS)),
+            (".2f", ".2f", ".1f", ".1f", ".1f", ".3f", ".2f", ".2f", ".2f")),
     # the rank-or-shape study at L = 512 (parts 7 and 8) and its verdict
     Reading(RESULTS, "(part 8; the rate picked inside its grid, 1e-2: {}% on validation after 500 steps, against {}% to "
             "{}% at the other three) reaches {} ± {}%, {} points below softmax at the same length (95% CI {} to {}). "
