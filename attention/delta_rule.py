@@ -73,17 +73,10 @@ class DeltaAttention(KernelizedAttention):
         attend = delta_sums.causal_delta_rule if causal else delta_sums.bidirectional_delta_rule
         return attend(self.features(q), keys, v, beta, log_gate, self.chunk_size)
 
-    def _explicit(self, q, keys, beta, log_gate, x, positions, causal: bool):
-        pseudo_values = delta_sums.source_pseudo_values(keys, beta, log_gate, x, backward=not causal)
-        return delta_sums.explicit(self.features(q), keys, log_gate, *pseudo_values, positions)
-
     def weights(self, q, k, mask=None, *, causal=False):
-        """A of o = A v: the output for values that are the identity, v_s = e_s, whose row t is A[t, :]."""
-        batch, length, heads, _ = k.shape
-        keys, beta, log_gate = self._keys(k, masks.key_padding(mask, batch, length))
-        identity = jnp.broadcast_to(jnp.eye(length)[None, :, None, :], (batch, length, heads, length))
-        rows = self._explicit(q, keys, beta, log_gate, identity, jnp.arange(q.shape[1]), causal)
-        return rows.transpose(0, 2, 1, 3)
+        """A of o = A v (delta_sums.weights)."""
+        keys, beta, log_gate = self._keys(k, masks.key_padding(mask, k.shape[0], k.shape[1]))
+        return delta_sums.weights(self.features(q), keys, beta, log_gate, causal)
 
     def init_cache(self, batch: int, max_len: int, num_heads: int, key_dim: int, value_dim: int,
                    dtype=jnp.float32):
@@ -92,12 +85,8 @@ class DeltaAttention(KernelizedAttention):
 
     def decode_step(self, q, k, v, cache, index, max_len: int, key_valid):
         keys, beta, log_gate = self._keys(k, key_valid[:, None])
-        key, beta = keys[:, 0], beta[:, 0, :, None, None]
-        state = cache["state"] * jnp.exp(log_gate)[:, 0, :, None, None]
-        stored = jnp.einsum("bhm,bhmd->bhd", key, state)  # what the key reads before the write
-        state = state + beta * jnp.einsum("bhm,bhd->bhmd", key, v[:, 0].astype(jnp.float32) - stored)
-        out = jnp.einsum("bqhm,bhmd->bqhd", self.features(q), state).astype(q.dtype)
-        return out, {"state": state}
+        out, state = delta_sums.step(cache["state"], self.features(q), keys, v, beta, log_gate)
+        return out.astype(q.dtype), {"state": state}
 
     def init_memory(self, k, v, key_mask, max_len: int):
         keys, beta, log_gate = self._keys(k, key_mask)

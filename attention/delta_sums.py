@@ -124,3 +124,24 @@ def explicit(q, k, log_gate, forward, backward, positions):
     if causal:
         return out
     return out + jnp.einsum("bhts,bshd->bthd", jnp.where(later, scores, 0.0), backward)
+
+
+def weights(q, k, beta, log_gate, causal: bool):
+    """A of o = A v [B, H, Lq, Lk] in float32 for queries q [B, Lq, H, m] (at positions 0..Lq-1 of the keys' axis),
+    unit keys k, beta and log_gate [B, Lk, H]: the output for values that are the identity, v_s = e_s, whose row t
+    is A[t, :]."""
+    batch, length, heads, _ = k.shape
+    identity = jnp.broadcast_to(jnp.eye(length)[None, :, None, :], (batch, length, heads, length))
+    pseudo_values = source_pseudo_values(k, beta, log_gate, identity, backward=not causal)
+    return explicit(q, k, log_gate, *pseudo_values, jnp.arange(q.shape[1])).transpose(0, 2, 1, 3)
+
+
+def step(state, q, k, v, beta, log_gate):
+    """One causal position of the rule: state S [B, H, m, Dv] float32, q and unit k [B, 1, H, m], v [B, 1, H, Dv],
+    beta and log_gate [B, 1, H] -> (o = S_t^T q [B, 1, H, Dv] float32, S_t): S decays by g, then the value stored
+    under k is replaced by v to the extent beta."""
+    key, beta = k[:, 0], beta[:, 0, :, None, None]
+    state = state * jnp.exp(log_gate)[:, 0, :, None, None]
+    stored = jnp.einsum("bhm,bhmd->bhd", key, state)  # what the key reads before the write
+    state = state + beta * jnp.einsum("bhm,bhd->bhmd", key, v[:, 0].astype(jnp.float32) - stored)
+    return jnp.einsum("bqhm,bhmd->bqhd", q, state), state

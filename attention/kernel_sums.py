@@ -284,25 +284,27 @@ def reversed_gates(log_gate):
     return jnp.pad(log_gate[:, ::-1][:, :-1], ((0, 0), (1, 0)) + ((0, 0),) * (log_gate.ndim - 2))
 
 
-def gated_causal_linear_attention(phi_q, phi_k, v, log_gate, eps, chunk_size: int):
-    """Causal gated linear attention: S_t = g_t S_{t-1} + phi(k_t) [v_t, 1]^T, o_t = phi(q_t) S_t normalised,
-    in chunks of `chunk_size` positions (0: attention/chunking.py's) -> [B, L, H, Dv] in v's dtype."""
-    chunk = gated_chunk(chunk_size, phi_q.shape[1])
-    return _normalise(_decayed_sums(phi_q, phi_k, _with_ones(v), log_gate, chunk, strict=False), eps).astype(v.dtype)
-
-
-def gated_bidirectional_linear_attention(phi_q, phi_k, v, log_gate, eps, chunk_size: int):
-    """Bidirectional gated linear attention -> [B, Lq, H, Dv] in v's dtype: a forward scan (keys s <= t) and a
-    backward one (keys s > t, decayed by the gates of t+1..s), their sums added, numerators and normalisers
-    alike. Query t sits at position t of the keys' axis (cross-attention included); a query beyond the last
-    key is decayed by the gates up to that key only (`forward_and_backward`)."""
+def gated_sums(phi_q, phi_k, values, log_gate, chunk_size: int, causal: bool):
+    """sum over keys s of phi(q_t).phi(k_s) times the gates between them times values_s -> float32
+    [B, Lq, H, d], in chunks of `chunk_size` positions (0: attention/chunking.py's), no normaliser: causally
+    keys s <= t; bidirectionally a forward scan (keys s <= t) and a backward one (keys s > t, decayed by the
+    gates of t+1..s) added, query t at position t of the keys' axis (cross-attention included; a query beyond
+    the last key is decayed by the gates up to that key only, `forward_and_backward`)."""
     chunk = gated_chunk(chunk_size, max(phi_q.shape[1], phi_k.shape[1]))
+    if causal:
+        return _decayed_sums(phi_q, phi_k, values, log_gate, chunk, strict=False)
 
     def scan(phi_q, key_rows, log_gate, strict):
         return _decayed_sums(phi_q, *key_rows, log_gate, chunk, strict)
 
-    numerators = forward_and_backward(scan, phi_q, (phi_k, _with_ones(v)), log_gate)
-    return _normalise(numerators, eps).astype(v.dtype)
+    return forward_and_backward(scan, phi_q, (phi_k, values), log_gate)
+
+
+def gated_linear_attention(phi_q, phi_k, v, log_gate, eps, chunk_size: int, causal: bool):
+    """Gated linear attention: causally S_t = g_t S_{t-1} + phi(k_t) [v_t, 1]^T, o_t = phi(q_t) S_t normalised
+    (bidirectionally, numerators and normalisers of both scans added, `gated_sums`) -> [B, Lq, H, Dv] in v's
+    dtype."""
+    return _normalise(gated_sums(phi_q, phi_k, _with_ones(v), log_gate, chunk_size, causal), eps).astype(v.dtype)
 
 
 def decayed_scores(phi_q, phi_k, log_gate, positions, causal: bool):

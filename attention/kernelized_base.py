@@ -15,7 +15,8 @@ _NO_KEY = float(jnp.finfo(jnp.float32).min)
 
 EPS = option_specs.Option(
     "eps", 1e-6, "added to the normaliser (delta, gated_delta: to the squared norm of each query and key, under the "
-    "square root that normalises it)", rule=option_specs.positive("it keeps the normaliser away from 0"))
+    "square root that normalises it; gla, deltanet, gated_deltanet: to the mean square of the output norm, and "
+    "the last two's to the squared norms too)", rule=option_specs.positive("it keeps the normaliser away from 0"))
 CHUNK_SIZE = option_specs.Option("chunk_size", 64, "causal chunk length; 0: the size attention/chunking.py picks",
                                   rule=option_specs.at_least(0, "0: the size attention/chunking.py picks"))
 KERNELIZED_IMPLEMENTATION = option_specs.Option(

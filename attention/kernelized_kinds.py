@@ -87,9 +87,8 @@ class GatedLinearAttention(KernelizedAttention):
 
     def __call__(self, q, k, v, mask=None, *, causal=False):
         phi_k, log_gate = self._keys(k, masks.key_padding(mask, k.shape[0], k.shape[1]))
-        attend = (kernel_sums.gated_causal_linear_attention if causal
-                  else kernel_sums.gated_bidirectional_linear_attention)
-        return attend(self.features(q), phi_k, v, log_gate, self.eps, self.chunk_size)
+        return kernel_sums.gated_linear_attention(self.features(q), phi_k, v, log_gate, self.eps, self.chunk_size,
+                                                  causal)
 
     def init_cache(self, batch: int, max_len: int, num_heads: int, key_dim: int, value_dim: int,
                    dtype=jnp.float32):

@@ -105,6 +105,13 @@ def check_options(name: str, values: dict) -> None:
         declared[option].check(value)
 
 
-def create(name: str, *, num_heads: int, head_dim: int, rngs, **kind_options):
+def create(name: str, *, num_heads: int, head_dim: int, rngs, d_model: int | None = None, **kind_options):
+    """Kind `name` with `kind_options`; a kind that reads the layer's input (`reads_inputs`: its gates are
+    projections of x) also takes the model's width `d_model`, which the others ignore."""
     check_options(name, kind_options)
-    return get(name)(num_heads=num_heads, head_dim=head_dim, rngs=rngs, **kind_options)
+    cls = get(name)
+    if not getattr(cls, "reads_inputs", False):
+        return cls(num_heads=num_heads, head_dim=head_dim, rngs=rngs, **kind_options)
+    if d_model is None:
+        raise ValueError(f"attention kind {name!r} reads the layer's input x: create it with d_model, x's width")
+    return cls(num_heads=num_heads, head_dim=head_dim, d_model=d_model, rngs=rngs, **kind_options)

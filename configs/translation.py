@@ -121,9 +121,11 @@ def _study_default() -> grids.Study:
 
 def _study_kinds() -> grids.Study:
     # scaled_dot is softmax registered under a second name: one run of it is enough. A kind that is not
-    # incremental (softmax_rank) cannot take the decoder's roles, in which every run here puts its kind.
+    # incremental (softmax_rank) cannot take the decoder's roles, nor one that reads the layer's input (gla,
+    # deltanet, gated_deltanet) cross-attention, and every run here puts its kind in every role.
     runs = [grids.kind_run(kind) for kind in attention.names()
-            if kind != "scaled_dot" and attention.registry.get(kind).incremental]
+            if kind != "scaled_dot" and attention.registry.get(kind).incremental
+            and not getattr(attention.registry.get(kind), "reads_inputs", False)]
     return grids.Study("configs/translation.py", {"num_train_steps": 1_000}, runs, seeds=1)
 
 

@@ -13,9 +13,11 @@ from flax import nnx
 import attention
 from attention import registry
 from attention.hybrid import BasedAttention
+from attention.input_gated import InputGatedAttention
 from attention.kernelized_base import EPS, KernelizedAttention
 from attention.score_base import ScoreAttention
 from kind_harness import package_kinds, package_kinds_of, reference_for
+from reference_recurrent import RECURRENCES
 
 pytestmark = pytest.mark.accelerator  # make test-accelerator runs these on the GPU or TPU
 
@@ -24,14 +26,16 @@ PACKAGE_KINDS = package_kinds()
 
 def test_the_contract_files_run_every_kind_of_the_package():
     """tests/test_contract_scored.py and test_contract_kernelized.py split the package's kinds by base class,
-    and tests/test_hybrid.py runs the hybrid of the two: a kind on none of them would escape the contract."""
+    tests/test_hybrid.py runs the hybrid of the two and tests/test_input_gated.py the kinds that read the layer's
+    input: a kind on none of them would escape the contract."""
     contracted = (package_kinds_of(ScoreAttention) + package_kinds_of(KernelizedAttention)
-                  + package_kinds_of(BasedAttention))
+                  + package_kinds_of(BasedAttention) + package_kinds_of(InputGatedAttention))
     covered = {registry.get(name) for name in contracted}
     assert [name for name in PACKAGE_KINDS if registry.get(name) not in covered] == []
 
 
-@pytest.mark.parametrize("base", [ScoreAttention, KernelizedAttention], ids=lambda base: base.__name__)
+@pytest.mark.parametrize("base", [ScoreAttention, KernelizedAttention, InputGatedAttention],
+                         ids=lambda base: base.__name__)
 def test_base_options_are_declared_once_by_the_base(base):
     """The base declares them and its constructor names them; each kind on it reads them first, through
     **base_options, and its constructor names none of them again."""
@@ -58,18 +62,23 @@ def test_a_kind_declares_what_its_constructor_takes_at_its_defaults(kind):
     at the declared default; building it with every declared default works."""
     cls = registry.get(kind)
     named = [name for name, parameter in inspect.signature(cls.__init__).parameters.items()
-             if name not in ("self", "num_heads", "head_dim", "rngs") and parameter.kind is parameter.KEYWORD_ONLY]
+             if name not in ("self", "num_heads", "head_dim", "d_model", "rngs")
+             and parameter.kind is parameter.KEYWORD_ONLY]
     declared = attention.options_of(kind)
     assert [name for name in named if name not in declared] == []
     assert {name: _constructor_default(cls, name) for name in declared} == {
         name: option.default for name, option in declared.items()}
-    attention.create(kind, num_heads=2, head_dim=4, rngs=nnx.Rngs(0),
+    attention.create(kind, num_heads=2, head_dim=4, d_model=8, rngs=nnx.Rngs(0),
                      **{name: option.default for name, option in declared.items()})
 
 
 @pytest.mark.parametrize("kind", attention.names())
 def test_every_registered_kind_has_a_dense_reference(kind):
-    reference_for(kind)  # raises, naming the kind and where to declare its reference
+    """A kind that reads the layer's input has its recurrence instead (tests/reference_recurrent.py)."""
+    if getattr(registry.get(kind), "reads_inputs", False):
+        assert kind in RECURRENCES, f"declare {kind!r}'s recurrence in tests/reference_recurrent.py"
+    else:
+        reference_for(kind)  # raises, naming the kind and where to declare its reference
 
 
 # Base options first, then options of one kind; chunk_size 1.5: an integer option takes integers only.

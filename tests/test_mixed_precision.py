@@ -40,7 +40,8 @@ def _inputs():
 def _split(name):
     """A module of kind `name` as (graphdef, params rounded to bfloat16, the other state)."""
     # rbg rather than the default threefry, whose random bits take seconds to compile on CPU.
-    module = attention.create(name, num_heads=H, head_dim=D, rngs=nnx.Rngs(jax.random.key(0, impl="rbg")))
+    module = attention.create(name, num_heads=H, head_dim=D, d_model=H * D,
+                              rngs=nnx.Rngs(jax.random.key(0, impl="rbg")))
     graphdef, params, rest = nnx.split(module, nnx.Param, ...)
     return graphdef, _in_compute_dtype(params, "bfloat16"), rest
 
@@ -49,9 +50,11 @@ def _outputs(graphdef, params, rest, q, k, v, mask, dtype):
     """Bidirectional over padded keys, and causal where the kind can attend causally (`incremental`)."""
     module = nnx.merge(graphdef, _in_compute_dtype(params, dtype), rest)
     q, k, v = (x.astype(dtype) for x in (q, k, v))
-    outputs = {"bidirectional, padded keys": module(q, k, v, mask)}
+    # A kind that reads the layer's input (attention/input_gated.py) reads v's rows as it.
+    side = {"inputs": v.reshape(v.shape[:2] + (-1,))} if getattr(module, "reads_inputs", False) else {}
+    outputs = {"bidirectional, padded keys": module(q, k, v, mask, **side)}
     if module.incremental:
-        outputs["causal"] = module(q, k, v, causal=True)
+        outputs["causal"] = module(q, k, v, causal=True, **side)
     return outputs
 
 

@@ -193,7 +193,7 @@ def test_keeps_every_key_is_declared_by_the_kinds_whose_weights_are_positive_on_
 
     q, k = np.random.default_rng(0).normal(size=(2, 1, 64, 2, 8)).astype(np.float32)  # 64 keys: above rank 32
     for name in attention.names():
-        kind = attention.create(name, num_heads=2, head_dim=8, rngs=nnx.Rngs(0))
+        kind = attention.create(name, num_heads=2, head_dim=8, d_model=16, rngs=nnx.Rngs(0))
         if isinstance(kind, ScoreAttention):
             weights = np.asarray(kind.weights(q, k))
             assert kind.keeps_every_key == bool((weights > 0).all()), name

@@ -12,7 +12,7 @@ from training import steps
 
 
 def _params(kind: str):
-    module = attention.create(kind, num_heads=2, head_dim=4, rngs=nnx.Rngs(0))
+    module = attention.create(kind, num_heads=2, head_dim=4, d_model=8, rngs=nnx.Rngs(0))
     # Every parameter away from 0, so that weight decay would move it.
     return jax.tree.map(lambda x: x + 1.0, nnx.state(module, nnx.Param))
 
@@ -43,13 +43,25 @@ def test_the_decays_parameters_are_out_of_weight_decay_and_nothing_else(tiny_con
     assert _moved(config, _params("gated_delta")) == {"beta_weight", "beta_bias", "gate_weight", "gate_bias"}
 
 
+def test_the_input_gated_kinds_decays_are_out_of_weight_decay(tiny_config):
+    """Gated DeltaNet's A_log and dt_bias (Mamba2's exemption) and GLA's gate bias stay; their projections of x,
+    output norms and gates decay."""
+    config = tiny_config()
+    config.warmup_steps, config.weight_decay = 1, 0.1
+    assert _moved(config, _params("gated_deltanet")) == {"beta", "decay", "output_norm"}
+    assert _moved(config, _params("gla")) == {"gate_down", "gate_up", "output_norm"}
+    config.weight_decay_on_decays = True
+    assert _moved(config, _params("gated_deltanet")) == {"beta", "decay", "output_norm", "a_log", "dt_bias"}
+
+
 def test_only_decays_are_tagged():
     """Of every kind's parameters, the DecayParams are exactly the decay gates' w and b."""
     tagged = set()
     for kind in attention.names():
-        module = attention.create(kind, num_heads=2, head_dim=4, rngs=nnx.Rngs(0))
+        module = attention.create(kind, num_heads=2, head_dim=4, d_model=8, rngs=nnx.Rngs(0))
         tagged |= {(kind, path[0]) for path, _ in nnx.state(module, key_gates.DecayParam).flat_state()}
-    assert tagged == {(kind, name) for kind in ("gated_linear", "gated_delta") for name in ("gate_weight", "gate_bias")}
+    assert tagged == {(kind, name) for kind in ("gated_linear", "gated_delta") for name in ("gate_weight", "gate_bias")
+                      } | {("gla", "gate_bias"), ("gated_deltanet", "a_log"), ("gated_deltanet", "dt_bias")}
 
 
 def test_the_optimizer_is_optax_adamw_in_its_state_and_updates(tiny_config):

@@ -63,6 +63,17 @@ def check_incremental(config, roles: tuple[str, ...], need: str) -> None:
                                   f"give {remedy} another kind")
 
 
+def check_within_one_sequence(config, roles: tuple[str, ...]) -> None:
+    """Refuses in `roles`, which attend across two sequences (cross-attention), a kind that reads the layer's input
+    for its gates (attention/input_gated.py): its gates and output gate are read from one sequence's input."""
+    for role, kinds in kinds_in_use(config, roles).items():
+        for kind in kinds:
+            if kind in attention.names() and getattr(registry.get(kind), "reads_inputs", False):
+                raise ConfigError(f"config.{kind_field(config, role)}={kind!r}: the {role} role attends across two "
+                                  f"sequences, and kind {kind!r} reads its gates from one sequence's input (a "
+                                  f"self-attention kind); give attention.{role} another kind")
+
+
 def kind_options(config, roles: tuple[str, ...]) -> dict[str, dict]:
     """Options for each registered kind in use, taken from `config.attention.*` (a model's own name for
     attending to nothing, the RNN's "none", has none)."""

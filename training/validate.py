@@ -51,6 +51,7 @@ def _check_attention_fields(config, task) -> None:
             choice(f"{field} (layer {layer})" if len(kinds) > 1 else field, kind, task.allowed_kinds(config))
     model_config.check_incremental(config, tuple(role for role in model_roles if role in CAUSAL_ROLES),
                                    "attends causally")
+    model_config.check_within_one_sequence(config, tuple(role for role in model_roles if role not in SELF_ROLES))
     known_options = attention.all_options() | {"name", *ROLES}
     for key in config.attention:
         if successors := registry.replacement(key):
