@@ -27,6 +27,12 @@ LOG_KEPT = (3_000, 12_000)  # the characters of a step's log that logs.txt keeps
 MIN_STEP_S = 15  # a step the budget leaves less than this is skipped
 TEST_WORKERS = 4  # pytest-xdist's processes for the accelerator tests on a lent machine
 KILL_AFTER_S = 10  # a step at its cap gets SIGTERM, then SIGKILL this much later
+# OUT is written again this often while a step with reports runs: a study's finished runs come back even where the
+# machine is taken before the step ends.
+PACK_EVERY_S = 30
+# What a folder packed into OUT leaves out: the runs' checkpoints and profiles (what a report or a resumed study needs
+# is each run's config.json, eval.json, metrics.jsonl and spectra.json).
+UNPACKED_FOLDERS = ("checkpoints", "profile")
 PER_TEST_TIMEOUT_S = 90
 GPU_TEST_FILES = ("tests/test_fused_attention.py", "tests/test_linear_paths.py", "tests/test_mixed_precision.py")
 # Dense bfloat16 peak FLOP/s of NVIDIA's datasheets (without sparsity), by a part of the device kind JAX
@@ -101,7 +107,9 @@ class Step:
     command: Callable[[Probe, float], list[str]]  # given the cap; raises Skipped or Refused
     collect: Callable[[Probe], dict | None]  # what the step found, for results.json; None if nothing
     section: Callable[[Probe, dict], list[str]] | None = None  # its lines in summary.md, from what it found
-    reports: tuple[tuple[str, str], ...] = ()  # (a glob under the work folder, its name in OUT)
+    # (a glob under the work folder, its name in OUT); a .tgz holds the first match's folder (the match itself where
+    # it is one) without UNPACKED_FOLDERS
+    reports: tuple[tuple[str, str], ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     grace_s: float = KILL_AFTER_S  # from SIGTERM at its cap to SIGKILL: the more it takes off the cap
 
@@ -159,6 +167,27 @@ def _bench(script: str, arguments: str, folder: str, workdir: bool = False):
     return command
 
 
+def _pack_folder(folder: str, path: str) -> None:
+    """`folder` as the archive `path` (its top folder named after it, .tgz taken off) without UNPACKED_FOLDERS,
+    written beside it first, so that OUT never holds half an archive."""
+    partial = f"{path}.partial"
+    skipped = lambda info: None if set(info.name.split("/")) & set(UNPACKED_FOLDERS) else info
+    with tarfile.open(partial, "w:gz") as archive:
+        archive.add(folder, arcname=os.path.basename(path).removesuffix(".tgz"), filter=skipped)
+    os.replace(partial, path)
+
+
+def resume_study(archive: str, study_folder: str) -> None:
+    """Unpacks a study.tgz an earlier probe brought back into `study_folder`: its runs' workdirs under runs/, each
+    finished one skipped by scripts.compare (studies/jobs.py's is_finished needs no checkpoint), and its report
+    folders with runs.json, which the new report merges."""
+    with tarfile.open(archive) as packed:
+        members = [member for member in packed.getmembers() if member.name.startswith("study/")]
+        for member in members:
+            member.name = member.name.removeprefix("study/")
+        packed.extractall(study_folder, members=members, filter="data")
+
+
 def _study(probe: Probe, cap_s: float) -> list[str]:
     """The study --study (task:preset): its runs --study_runs (all where empty),
     --study_seeds seeds each, in --study_dtype (the config's own where empty), --study_jobs at once (compare's
@@ -171,6 +200,8 @@ def _study(probe: Probe, cap_s: float) -> list[str]:
     task, _, preset = options.study.rpartition(":")
     if not task:
         raise Refused(f"--study={options.study}: name the task too, task:preset")
+    if resumed := getattr(probe.options, "study_resume_from", ""):
+        resume_study(resumed, probe.path("study"))
     runs = [f"--only={options.study_runs}"] if options.study_runs else []
     dtype = [f"--config.compute_dtype={options.study_dtype}"] if options.study_dtype else []
     jobs = [f"--jobs={options.study_jobs}"] if options.study_jobs else []
@@ -254,9 +285,14 @@ def run_step(probe: Probe, step: Step) -> dict:
         return {**record, "status": f"failed: {why}"}
     started = time.monotonic()
     with open(probe.path(f"{step.name}.log"), "w") as log:
-        exit_code = subprocess.run(["timeout", f"--kill-after={step.grace_s:.0f}", f"{cap_s:.0f}", *argv], stdout=log,
-                                   stderr=subprocess.STDOUT, env={**probe.env, **dict(step.env)},
-                                   cwd=REPOSITORY).returncode
+        process = subprocess.Popen(["timeout", f"--kill-after={step.grace_s:.0f}", f"{cap_s:.0f}", *argv], stdout=log,
+                                   stderr=subprocess.STDOUT, env={**probe.env, **dict(step.env)}, cwd=REPOSITORY)
+        while True:
+            try:
+                exit_code = process.wait(timeout=PACK_EVERY_S if step.reports else None)
+                break
+            except subprocess.TimeoutExpired:
+                pack(probe)
     record.update(status=_status(exit_code, cap_s), seconds=round(time.monotonic() - started, 1),
                   cap_s=round(cap_s), command=" ".join(argv))
     try:
@@ -331,9 +367,9 @@ def pack(probe: Probe) -> None:
         for pattern, name in step.reports:
             if not (found := sorted(glob.glob(probe.path(pattern), recursive=True))):
                 continue
-            if name.endswith(".tgz"):  # the first match's whole folder, in one file
-                with tarfile.open(os.path.join(probe.out, name), "w:gz") as archive:
-                    archive.add(os.path.dirname(found[0]), arcname=name.removesuffix(".tgz"))
+            if name.endswith(".tgz"):  # the first match's folder, in one file
+                _pack_folder(found[0] if os.path.isdir(found[0]) else os.path.dirname(found[0]),
+                             os.path.join(probe.out, name))
             else:
                 shutil.copyfile(found[0], os.path.join(probe.out, name))
 
@@ -470,7 +506,8 @@ STEPS = (
     Step("mlm_train", 80, _bench("scripts.bench_train", "train", "mlm_train", workdir=True), _training_speed,
          _training_section, (("mlm_train/train.md", "mlm_train.md"),)),
     # The hook of a later study on a lent machine: PROBE_STUDY=task:preset trains it in the time left; its
-    # report folder (report.md, results.json, runs.json, plots) comes back as one file.
+    # report folder (report.md, results.json, runs.json, plots) and its runs' workdirs without checkpoints come back
+    # as one file, every PACK_EVERY_S while it runs; --study_resume_from=<that file> skips its finished runs.
     # Stopped at its cap, it checkpoints its runs and reports those that finished (studies/runner.py): 45 s.
-    Step("study", None, _study, lambda probe: None, reports=(("study/**/report.md", "study.tgz"),), grace_s=45),
+    Step("study", None, _study, lambda probe: None, reports=(("study", "study.tgz"),), grace_s=45),
 )

@@ -20,7 +20,9 @@ under 15 s is skipped; benchmarks/probe.py):
   mlm_train     python -m scripts.bench_train: configs/mlm.py at L = 512 in bfloat16, steps/s, tokens/s, MFU
   study         in the time left, `python -m scripts.compare` on --study (task:preset) in --study_dtype, the
                 runs --study_runs, --study_seeds seeds each: by default MLM rank_or_shape's arms at L = 512, 2
-                seeds, in bfloat16 (PROBE_STUDY= , empty, skips it); its report folder comes back as study.tgz.
+                seeds, in bfloat16 (PROBE_STUDY= , empty, skips it); its report folder and its runs' workdirs
+                without checkpoints come back as study.tgz, packed again every 30 s while it runs;
+                --study_resume_from=<an earlier study.tgz> skips the runs it finished and merges its runs.json.
                 Zoology's Figure 2 cells: --study=recall:zoology --study_runs= --study_seeds=1 --study_dtype=
                 --study_jobs=4 (small models: four share the GPU). With --smoke: mlm's tiny study, one seed
 After every step --out holds summary.md, results.json (every step's status, seconds and findings), logs.txt
@@ -58,6 +60,8 @@ flags.DEFINE_string("study_runs", "softmax_L512,linear_L512", "the study's runs 
 flags.DEFINE_integer("study_seeds", 2, "seeds of each run", flag_values=FLAGS)
 flags.DEFINE_string("study_dtype", "bfloat16", "the study's config.compute_dtype (empty: the config's own)",
                     flag_values=FLAGS)
+flags.DEFINE_string("study_resume_from", "", "a study.tgz an earlier probe brought back: its finished runs are "
+                    "skipped and its runs.json merged into the new report", flag_values=FLAGS)
 flags.DEFINE_integer("study_jobs", 0, "the study's training processes at once, sharing the GPU (0: one per GPU)",
                      lower_bound=0, flag_values=FLAGS)
 flags.DEFINE_enum("check", None, ("versions", "pallas"), "run this check in this process instead of the probe",

@@ -82,8 +82,8 @@ def test_a_step_with_a_longer_grace_gets_a_shorter_cap_and_its_sigterm_first(tmp
     """The study step's grace (time to checkpoint and report after SIGTERM) comes off its cap, so that the step
     still ends within the budget; `timeout` gives it that grace before SIGKILL."""
     calls = []
-    monkeypatch.setattr(probe.subprocess, "run", lambda argv, **kwargs: calls.append(argv) or
-                        types.SimpleNamespace(returncode=0))
+    monkeypatch.setattr(probe.subprocess, "Popen", lambda argv, **kwargs: calls.append(argv) or
+                        types.SimpleNamespace(wait=lambda timeout=None: 0))
     step = dataclasses.replace(_step("study", None, ["true"]), grace_s=45)
     record = probe.run_step(_probe(tmp_path, budget_s=100.0), step)
     assert calls[0][:2] == ["timeout", "--kill-after=45"] and 64 <= float(calls[0][2]) <= 65
@@ -157,18 +157,50 @@ def test_the_study_step_trains_the_rank_or_shape_arms_at_512_in_bfloat16_by_defa
         probe._study(types.SimpleNamespace(options=bare, path=str), 60)
 
 
-def test_the_study_report_folder_comes_back_as_one_file(tmp_path):
-    run = _probe(tmp_path)
-    run.options.budget_s = 60.0
+def _study_folder(tmp_path):
+    """A study step's folder: a report folder and one run's workdir with its checkpoints."""
     folder = tmp_path / "study" / "recall" / "zoology"
     folder.mkdir(parents=True)
     for name in ("report.md", "results.json", "runs.json", "curves.png"):
         (folder / name).write_text(name)
+    workdir = tmp_path / "study" / "runs" / "recall" / "zoology" / "softmax" / "seed0"
+    (workdir / "checkpoints" / "100").mkdir(parents=True)
+    (workdir / "checkpoints" / "100" / "state").write_text("weights")
+    for name in ("config.json", "eval.json", "metrics.jsonl"):
+        (workdir / name).write_text(name)
+    return "runs/recall/zoology/softmax/seed0"
+
+
+def test_the_study_comes_back_as_one_file_without_checkpoints_and_resumes(tmp_path):
+    """Its report folder and its runs' workdirs but their checkpoints; unpacked by --study_resume_from where the
+    next probe's scripts.compare looks (--runs_dir=<study>/runs, --reports_dir=<study>)."""
+    run = _probe(tmp_path)
+    run.options.budget_s = 60.0
+    workdir = _study_folder(tmp_path)
     probe.pack(run)
     with tarfile.open(tmp_path / "out" / "study.tgz") as archive:
-        assert sorted(archive.getnames()) == ["study", *(f"study/{name}" for name in
-                                                         ("curves.png", "report.md", "results.json", "runs.json"))]
-        assert archive.extractfile("study/results.json").read() == b"results.json"
+        names = set(archive.getnames())
+        assert archive.extractfile("study/recall/zoology/results.json").read() == b"results.json"
+    assert {f"study/recall/zoology/{name}" for name in ("curves.png", "report.md", "results.json", "runs.json")} <= names
+    assert {f"study/{workdir}/{name}" for name in ("config.json", "eval.json", "metrics.jsonl")} <= names
+    assert [name for name in names if "checkpoints" in name] == []
+    assert os.listdir(tmp_path / "out").count("study.tgz.partial") == 0
+    probe.resume_study(str(tmp_path / "out" / "study.tgz"), str(tmp_path / "next"))
+    assert (tmp_path / "next" / workdir / "eval.json").read_text() == "eval.json"
+    assert (tmp_path / "next" / "recall" / "zoology" / "runs.json").read_text() == "runs.json"
+
+
+def test_a_step_with_reports_packs_while_it_runs(tmp_path, monkeypatch):
+    """OUT is written again every PACK_EVERY_S while the step runs, not only once it ends."""
+    run = _probe(tmp_path)
+    run.options.budget_s = 60.0
+    packed = []
+    monkeypatch.setattr(probe, "PACK_EVERY_S", 0.2)
+    monkeypatch.setattr(probe, "pack", lambda probe: packed.append(time.monotonic()))
+    step = probe.Step("study", 30, lambda probe, cap: ["sleep", "1"], lambda probe: None,
+                      reports=(("study", "study.tgz"),))
+    assert probe.run_step(run, step)["status"] == "ok"
+    assert len(packed) >= 3
 
 
 def test_docs_gpu_numbers_are_the_committed_probe_results():
