@@ -251,7 +251,9 @@ def _training_speed(probe: Probe) -> dict | None:
     for row in train["configs"]:
         row["steps_per_sec"] = 1e3 / row["ms_per_step"]
         row["bf16_peak_flops"] = peak
-        row["mfu"] = None if peak is None or row["flops_per_sec"] is None else row["flops_per_sec"] / peak
+        # The hand count where bench_train has one (MLM: XLA's counts cuDNN's attention as 0), else XLA's.
+        rate = row.get("model_flops_per_sec") or row["flops_per_sec"]
+        row["mfu"] = None if peak is None or rate is None else rate / peak
     return train
 
 
@@ -431,16 +433,20 @@ def _scaled(value: float | None, scale: float, form: str) -> str:
 def _training_section(probe: Probe, train: dict) -> list[str]:
     lines = ["bench_train on " + ", ".join(f"`{row['config']}`" for row in train["configs"][:1]) + " with "
              + (", ".join(f"`{field}={value}`" for field, value in train["overrides"].items()) or "its defaults")
-             + " (the stdlib corpus unless the config names another). FLOPs: XLA's cost analysis of the compiled "
-             "step (benchmarks/common.py), which does not see inside cuDNN's kernel: where the softmax "
-             "attention runs there, the MFU is a lower bound. MFU against the dense bfloat16 peak of the "
-             "device kind.\n",
-             "| batches | ms/step | steps/s | tokens/s | GFLOP/step | TFLOP/s | bf16 peak TFLOP/s | MFU |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             + " (the stdlib corpus unless the config names another). GFLOP/step: XLA's cost analysis of the "
+             "compiled step (benchmarks/common.py), which counts cuDNN's and Pallas's kernels as 0; model GFLOP/step: "
+             "the matmuls counted by hand from the config (benchmarks/model_flops.py, attention included), from "
+             "which TFLOP/s and the MFU against the dense bfloat16 peak of the device kind are taken where it has "
+             "one.\n",
+             "| batches | ms/step | steps/s | tokens/s | GFLOP/step | model GFLOP/step | TFLOP/s | bf16 peak TFLOP/s "
+             "| MFU |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in train["configs"]:
         cells = [row["batches"], f"{row['ms_per_step']:.2f}", f"{row['steps_per_sec']:.1f}",
                  f"{row['tokens_per_sec']:,.0f}", _scaled(row["flops_per_step"], 1e9, ".2f"),
-                 _scaled(row["flops_per_sec"], 1e12, ".2f"), _scaled(row["bf16_peak_flops"], 1e12, ".0f"),
+                 _scaled(row.get("model_flops_per_step"), 1e9, ".2f"),
+                 _scaled(row.get("model_flops_per_sec") or row["flops_per_sec"], 1e12, ".2f"),
+                 _scaled(row["bf16_peak_flops"], 1e12, ".0f"),
                  _scaled(row["mfu"], 0.01, ".2f") + ("%" if row["mfu"] is not None else "")]
         lines.append("| " + " | ".join(cells) + " |")
     return lines

@@ -11,7 +11,9 @@ import numpy as np
 from absl import logging
 
 import tasks
-from benchmarks import roofline
+from attention import registry
+from attention.kernelized_base import KernelizedAttention
+from benchmarks import model_flops, roofline
 from benchmarks.common import counted_flops, machine, write_reports
 from configs.task_configs import BY_TASK
 from data.prefetch import prefetch
@@ -64,6 +66,25 @@ def load_config(spec: str, overrides: dict | None = None):
     return config
 
 
+def hand_counted_flops(config, model, batch: dict) -> float | None:
+    """benchmarks/model_flops.py's count of an MLM step whose attention layers are all softmax or all one kernelised
+    kind (the others' forms would need counts of their own: a projection, a window, a second part); None otherwise."""
+    if config.task != "mlm":
+        return None
+    kinds = {type(layer.attention): layer.attention for layers in model.attention_layers().values()
+             for layer in layers}
+    if len(kinds) != 1:
+        return None
+    (cls, kind), = kinds.items()
+    if cls is registry.get("softmax"):
+        feature_dim = None
+    elif issubclass(cls, KernelizedAttention) and kind.feature_dim_bounds_rank:  # phi(Q) phi(K)^T, no decay
+        feature_dim = kind.feature_dim
+    else:
+        return None
+    return model_flops.train_step_flops(model_flops.mlm_shape(config, batch, feature_dim))
+
+
 class Bench:
     """One config's compiled train step, its batches and its state, ready to time."""
 
@@ -74,7 +95,8 @@ class Bench:
         task = tasks.get(config.task)
         data = task.prepare_data(config, workdir)
         optimizer = steps.create_optimizer(config)
-        graphdef, self.state = steps.init_state(task.create_model(config, data), optimizer)
+        model = task.create_model(config, data)
+        graphdef, self.state = steps.init_state(model, optimizer)
         train_step = steps.make_train_step(graphdef, optimizer, task.metric_sums, jax.random.key(0),
                                            compute_dtype=config.compute_dtype)
         batch_size = config.per_device_batch_size * jax.local_device_count()
@@ -85,6 +107,7 @@ class Bench:
         self.tokens = float(np.mean([task.input_tokens(batch) for batch in self.batches]))
         compiled = train_step.lower(self.state, self.batches[0]).compile()
         self.flops = counted_flops(compiled)
+        self.model_flops = hand_counted_flops(config, model, self.batches[0])
         self.step = train_step
 
     def run(self, num_steps: int, source: str = "fixed") -> float:
@@ -111,8 +134,8 @@ def measure(specs: list[str], sources: list[str], rounds: int, steps_per_round: 
     for spec in specs:
         print(f"compiling {spec} ...", flush=True)
         benches.append(Bench(spec, workdir, overrides))
-        for source in sources:  # device batches are committed to the mesh: the step compiles for them too
-            benches[-1].run(2, source)
+        for source in sources:  # a first round, untimed: device batches are committed to the mesh (the step
+            benches[-1].run(steps_per_round, source)  # compiles for them too), and the first steps warm the rest
     times = {(bench.spec, source): [] for bench in benches for source in sources}
     dtypes = sorted({bench.compute_dtype for bench in benches})
     peak = {dtype: [] for dtype in dtypes}
@@ -133,6 +156,8 @@ def measure(specs: list[str], sources: list[str], rounds: int, steps_per_round: 
             rows.append({"config": bench.spec, "batches": source, "ms_per_step": 1e3 * seconds,
                          "tokens_per_step": bench.tokens, "tokens_per_sec": bench.tokens / seconds,
                          "flops_per_step": bench.flops, "flops_per_sec": achieved,
+                         "model_flops_per_step": bench.model_flops,
+                         "model_flops_per_sec": None if bench.model_flops is None else bench.model_flops / seconds,
                          "fraction_of_matmul": None if achieved is None else achieved / matmul[bench.compute_dtype],
                          "ms_per_step_rounds": [1e3 * t for t in times[bench.spec, source]]})
     return {"machine": machine(matmul_precision=False), "matmul_flops_per_sec_by_dtype": matmul,

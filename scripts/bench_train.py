@@ -6,7 +6,8 @@
   python -m scripts.bench_train --configs=configs/mlm.py --overrides=dataset.seq_len=512,compute_dtype=bfloat16
 
 Each config's jitted train step is compiled once, then timed in rounds that alternate between the
-configs, so that noise from a shared machine falls on all of them alike; a config's time is its median
+configs, after an untimed round of each (compilation, warm-up), so that noise from a shared machine falls
+on all of them alike; a config's time is its median
 round. FLOPs per step come from XLA's cost analysis of the compiled step; "of matmul" compares them with the
 fastest dense square matmul (benchmarks/roofline.py's sizes: 512 and 1024 on a CPU, 4096 and 8192 on an
 accelerator) in the config's compute dtype, measured in each round of the same run. Writes JSON and a
