@@ -12,8 +12,7 @@ from absl import flags, logging
 from ml_collections import config_flags
 
 from runtime import cli
-from training import evaluation
-from training.loop import evaluate, evaluation_dir, test_summary
+from training import validate
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file[:presets]; default: the workdir's own, "
                                           f"{cli.WORKDIR_CONFIG}:<workdir>.")
@@ -23,10 +22,13 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory holding checkpoin
 def main(argv):
     del argv
     logging.set_verbosity(logging.WARNING)  # Orbax and TFDS log every file operation at INFO
-    result = evaluate(_CONFIG.value, _WORKDIR.value)
-    written = os.path.join(evaluation_dir(_WORKDIR.value, result["step"]), evaluation.EVAL_FILE)
+    validate.validate(_CONFIG.value)  # here, before the evaluation machinery is imported (seconds)
+    from training import evaluation, loop  # Orbax, SciPy, Matplotlib: imported once the config is checked
+
+    result = loop.evaluate(_CONFIG.value, _WORKDIR.value)
+    written = os.path.join(loop.evaluation_dir(_WORKDIR.value, result["step"]), evaluation.EVAL_FILE)
     print(f"evaluated the checkpoint at step {result['step']} on the {result['split']} split: "
-          f"{test_summary(result)}; written to {written}", flush=True)
+          f"{loop.test_summary(result)}; written to {written}", flush=True)
 
 
 if __name__ == "__main__":

@@ -21,8 +21,7 @@ from absl import flags, logging
 from ml_collections import config_flags
 
 from runtime import cli, workdirs
-from training import metrics, packed, validate
-from training.loop import train_and_evaluate
+from training import metrics, validate
 
 DEFAULT_CONFIG = "configs/translation.py"
 _CONFIG = config_flags.DEFINE_config_file("config", None, f"Config file[:presets]; default: {DEFAULT_CONFIG}.")
@@ -42,22 +41,30 @@ def main(argv):
     del argv
     logging.set_verbosity(logging.WARNING)  # Orbax and TFDS log every file operation at INFO
     config, spec = _CONFIG.value, flags.FLAGS["config"].config_filename
-    if _PRINT_CONFIG.value:
+    # Checked here, before the training machinery is imported (seconds); a distributed run's checks wait for
+    # jax.distributed.initialize(), which must come first (training/loop.py's check_run).
+    if _PRINT_CONFIG.value or not config.distributed:
         validate.validate(config)
+    if _PRINT_CONFIG.value:
         print(json.dumps(workdirs.config_record(config), indent=1))
         print(cli.describe_config(config, spec))
         return
+    if _PACK.value and _WORKDIR.value is not None:
+        cli.fail("--workdir and --pack: give each packed run's workdir in its --pack, and no --workdir")
+    if not _PACK.value and _WORKDIR.value is None:
+        cli.fail("--workdir is missing; name the run's directory, e.g. --workdir=runs/x (or give --print_config)")
+    print(cli.describe_config(config, spec), flush=True)
+    _train(config)
+
+
+def _train(config) -> None:
+    from training import loop, packed  # Orbax, SciPy, Matplotlib: imported once the command is checked
+
     if _PACK.value:
-        if _WORKDIR.value is not None:
-            cli.fail("--workdir and --pack: give each packed run's workdir in its --pack, and no --workdir")
-        print(cli.describe_config(config, spec), flush=True)
         if None in packed.train_packed(*packed.members(config, _PACK.value)):
             raise SystemExit(1)  # a run that stopped on a non-finite step, said above; the others finished
         return
-    if _WORKDIR.value is None:
-        cli.fail("--workdir is missing; name the run's directory, e.g. --workdir=runs/x (or give --print_config)")
-    print(cli.describe_config(config, spec), flush=True)
-    train_and_evaluate(config, metrics.resolve_workdir(_WORKDIR.value), evaluate_again=_EVALUATE_AGAIN.value)
+    loop.train_and_evaluate(config, metrics.resolve_workdir(_WORKDIR.value), evaluate_again=_EVALUATE_AGAIN.value)
 
 
 if __name__ == "__main__":

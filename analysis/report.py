@@ -349,9 +349,8 @@ def plot_spectra_by_run(results: dict[str, list[dict]], spectra: dict[str, dict]
 
 def rank_study_sections(metrics: tuple[str, ...], results: dict[str, list[dict]], spectra: dict[str, dict],
                         out_dir: str, head_dim: int | None, levels: dict[str, float] | None = None) -> list[str]:
-    """Tables and plots of a study of accuracy (a task's METRICS) against feature dim and rank: a task's
-    report_sections with its metrics (and its accuracy plots' fixed `levels`, chance) bound
-    (functools.partial)."""
+    """Tables and plots of a study of accuracy (a task's METRICS) against feature dim and rank: what a task's
+    report_sections returns, called with its metrics (and its accuracy plots' fixed `levels`, chance)."""
     plot_accuracy_vs_feature_dim(metrics, results, os.path.join(out_dir, FEATURE_DIM_PLOT), levels)
     plot_accuracy_vs_effective_rank(metrics, results, os.path.join(out_dir, EFFECTIVE_RANK_PLOT), levels)
     images = [(f"{metrics[0]} against feature dim", FEATURE_DIM_PLOT),

@@ -13,6 +13,7 @@ abandoned (_quiet_abandoned_writes).
 """
 import contextlib
 import errno
+import importlib.util
 import json
 import logging
 import os
@@ -21,7 +22,6 @@ import time
 import warnings
 
 import jax
-import orbax.checkpoint as ocp
 
 from runtime import atomic
 
@@ -30,7 +30,8 @@ class CheckpointError(RuntimeError):
     pass
 
 
-_ORBAX_DIRECTORY = os.path.dirname(os.path.abspath(ocp.__file__))
+# Found, not imported: runtime/cli.py imports CheckpointError before a command is checked; Checkpoints imports Orbax.
+_ORBAX_DIRECTORY = os.path.dirname(os.path.abspath(importlib.util.find_spec("orbax.checkpoint").origin))
 _LOOP_CLOSED = "Event loop is closed"
 _IN_FLIGHT = ".orbax-checkpoint-tmp"  # in the path of every file of a save still being written
 _NAME_TOO_LONG = os.strerror(errno.ENAMETOOLONG)  # TensorStore keeps only the words
@@ -104,6 +105,8 @@ class Checkpoints:
             raise CheckpointError(f"{self.directory}: a file, not a directory of checkpoints; move it away "
                                   f"(or delete it), then rerun")
         _quiet_orbax_threads()
+        import orbax.checkpoint as ocp  # a third of a second: not at the top, which runtime/cli.py imports
+
         # max_to_keep >= 2 keeps an older checkpoint to fall back on when the latest does not restore. The
         # leftovers of saves cut short are removed: the workdir's lock keeps any other writer out.
         try:
@@ -128,6 +131,8 @@ class Checkpoints:
         """Saves in the background. `metadata` is copied as JSON now: Orbax would serialise the caller's
         objects later, in its thread, after the training loop may have changed them (a list it appends
         device arrays to fails there, one save late)."""
+        import orbax.checkpoint as ocp  # imported by __init__ already
+
         metadata = json.loads(json.dumps(metadata))
         try:  # raises the failure of the save before, if it failed in the background
             self.manager.save(step, args=ocp.args.Composite(
@@ -138,6 +143,8 @@ class Checkpoints:
 
     def restore(self, step: int, like):
         """(state, metadata) of `step`, with `like`'s tree structure, shapes and shardings."""
+        import orbax.checkpoint as ocp  # imported by __init__ already
+
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
         restored = self.manager.restore(step, args=ocp.args.Composite(
             state=ocp.args.StandardRestore(abstract), metadata=ocp.args.JsonRestore()))

@@ -150,7 +150,9 @@ def _flags_parser(default_config: str | None):
         if default_config and _flag_value(argv, "config") is None:  # the repository's, from any directory
             argv = [argv[0], f"--config={os.path.join(REPOSITORY, default_config)}", *argv[1:]]
         if (spec := _flag_value(argv, "config")) and not os.path.isfile(path := spec.partition(":")[0]):
-            fail(f"--config={spec}: {path}: no such config file; the configs are in configs/")
+            neighbours = _config_files(os.path.dirname(path))
+            fail(f"--config={spec}: {path}: no such config file"
+                 f"{did_you_mean(path, neighbours, key=os.path.basename) or '; the configs are in configs/'}")
         try:
             parsed = flags.FLAGS(argv)
         except Exception as error:  # noqa: BLE001 - any of them is a mistake in the flags
@@ -165,15 +167,25 @@ def _flags_parser(default_config: str | None):
     return parse
 
 
-def _configs_with_presets() -> str:
-    """Each config file's docstring (its task and presets), read without running the file."""
-    entries = []
-    for path in sorted(glob.glob(os.path.join(REPOSITORY, "configs", "*.py"))):
-        with open(path) as f:
-            tree = ast.parse(f.read(), path)
+def _config_files(folder: str) -> dict[str, ast.Module]:
+    """The config files of `folder` (those that define get_config), each with its syntax tree, read without
+    running the file; a file that does not parse is none."""
+    files = {}
+    for path in sorted(glob.glob(os.path.join(folder, "*.py"))):
+        try:
+            with open(path) as f:
+                tree = ast.parse(f.read(), path)
+        except (OSError, SyntaxError, ValueError):  # ValueError: not UTF-8, or a NUL byte
+            continue
         if any(isinstance(node, ast.FunctionDef) and node.name == "get_config" for node in tree.body):
-            entries.append(f"{os.path.relpath(path, REPOSITORY)}\n{textwrap.indent(ast.get_docstring(tree) or '', '  ')}")
-    return "\n\n".join(entries)
+            files[path] = tree
+    return files
+
+
+def _configs_with_presets() -> str:
+    """Each config file's docstring (its task and presets)."""
+    return "\n\n".join(f"{os.path.relpath(path, REPOSITORY)}\n{textwrap.indent(ast.get_docstring(tree) or '', '  ')}"
+                       for path, tree in _config_files(os.path.join(REPOSITORY, "configs")).items())
 
 
 def _kinds_with_options() -> str:

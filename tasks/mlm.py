@@ -1,7 +1,6 @@
 """The masked-language-modelling task (tasks/interface.py): its config checks, the data of
 data/mlm_corpus.py (text, SentencePiece tokens packed into fixed-length sequences) with BERT masking, the
 encoder-only model, and the evaluation behind eval.json."""
-import functools
 import math
 import os
 
@@ -10,7 +9,6 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from analysis import mlm_report
 from data import mlm, mlm_baselines, mlm_corpus, text_corpus, tokenizer
 from models import MaskedLanguageModel
 from training import evaluation, model_config
@@ -154,4 +152,7 @@ def evaluate_model(config, workdir: str, model, data: mlm_corpus.MlmData) -> eva
          "recall_slice": _part_metrics(totals, parts, hits), **analysis})
 
 
-report_sections = functools.partial(mlm_report.report_sections, METRICS)
+def report_sections(results: dict, spectra: dict, out_dir: str, head_dim: int | None) -> list[str]:
+    from analysis import mlm_report  # SciPy and Matplotlib: for a study's report, not for a run's config check
+
+    return mlm_report.report_sections(METRICS, results, spectra, out_dir, head_dim)

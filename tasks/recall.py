@@ -8,7 +8,6 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from analysis import recall_report
 from data import pipeline, recall
 from models import LanguageModel
 from training import evaluation, model_config
@@ -125,4 +124,7 @@ def evaluate_model(config, workdir: str, model, data: RecallData) -> evaluation.
                                      {**attention_analysis(config, workdir, model, data), NAME: task_fields})
 
 
-report_sections = recall_report.report_sections
+def report_sections(results: dict, spectra: dict, out_dir: str, head_dim: int | None) -> list[str]:
+    from analysis import recall_report  # SciPy and Matplotlib: for a study's report, not for a run's config check
+
+    return recall_report.report_sections(results, spectra, out_dir, head_dim)

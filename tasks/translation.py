@@ -2,7 +2,6 @@
 its loss, teacher-forced metrics and the evaluation behind eval.json (greedy or beam decoding, BLEU, attention
 ranks)."""
 import dataclasses
-import functools
 import os
 
 import jax
@@ -13,7 +12,6 @@ from flax import nnx
 from jax.experimental import multihost_utils
 
 import attention
-from analysis import report
 from data import files, paths, pipeline, scan, scan_grammar
 from data.vocab import Vocabulary
 from models import ROLES, EncoderDecoder, rnn
@@ -25,7 +23,6 @@ from training.losses import token_cross_entropy
 NAME = "translation"
 METRICS = ("exact_match", "token_accuracy", "bleu", "loss")
 PROGRESS_METRIC = "token_accuracy"
-report_sections = functools.partial(report.rank_study_sections, METRICS)
 MODELS = ("transformer", "rnn")  # model.name
 SPECIAL_IDS = SpecialIds(bos=Vocabulary.BOS, eos=Vocabulary.EOS, pad=Vocabulary.PAD)
 DATASETS = ("scan", "files")  # SCAN generated from its grammar, or parallel files (load_pairs)
@@ -285,3 +282,9 @@ def evaluate_model(config, workdir: str, model, data: TranslationData) -> evalua
     keys_attended = {"encoder_self": source, "decoder_self": target, "cross": source}
     return evaluation.TaskEvaluation("test", len(data.test_pairs), final_metrics(config, model, data),
                                      keys_attended, attention_analysis(config, workdir, model, data))
+
+
+def report_sections(results: dict, spectra: dict, out_dir: str, head_dim: int | None) -> list[str]:
+    from analysis import report  # SciPy and Matplotlib: for a study's report, not for a run's config check
+
+    return report.rank_study_sections(METRICS, results, spectra, out_dir, head_dim)

@@ -4,6 +4,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -119,6 +120,41 @@ def test_a_config_files_own_mistake_is_named_with_the_file(run_script, tmp_path,
 def test_a_misspelled_kind_is_named_with_the_closest_kinds(run_script):
     error = _one_error_line(run_script("train.py", "--workdir=unused", "--config.attention.name=softmx"))
     assert error.endswith(f"{', '.join(package_kinds())}; did you mean softmax, softmax_rank, softmax_capped?"), error
+
+
+# Seconds to import, for training, evaluation and reports only: a refused config answers without them.
+MACHINERY = ("training.loop", "training.packed", "orbax.checkpoint", "scipy", "matplotlib")
+
+
+@pytest.mark.parametrize("script", ["train.py", "eval.py"])
+def test_a_misspelled_preset_value_is_refused_before_the_machinery_is_imported(script, tmp_path):
+    """A process of its own (run_script's would have imported everything already), with -X importtime, whose
+    lines on stderr name each module imported before the error."""
+    env = {key: value for key, value in os.environ.items() if key != "ATTENTION_LAB_DEBUG"}
+    process = subprocess.run([sys.executable, "-X", "importtime", script, f"--workdir={tmp_path / 'run'}",
+                              "--config=configs/translation.py:tiny,attention=linaer"],
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    lines = process.stderr.splitlines()
+    imported = {line.rpartition("|")[2].strip() for line in lines if line.startswith("import time:")}
+    error = _one_error_line(subprocess.CompletedProcess(process.args, process.returncode, process.stdout, "\n".join(
+        line for line in lines if not line.startswith("import time:"))))
+    assert error.startswith("error: config.attention.name='linaer' is not allowed; ") and error.endswith(
+        "; did you mean linear?"), error
+    assert "training.validate" in imported and {"tasks.translation", "tasks.mlm"} <= imported  # the whole check
+    assert sorted(imported & set(MACHINERY)) == []
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_misspelled_config_file_is_named_with_the_closest_config_files(run_script, tmp_path):
+    error = _one_error_line(run_script("train.py", "--config=configs/translaton.py:tiny"))
+    assert error == ("error: --config=configs/translaton.py:tiny: configs/translaton.py: no such config file; did "
+                     "you mean configs/translation.py?")
+    (tmp_path / "mine.py").write_text("def get_config():\n    pass\n")
+    (tmp_path / "mini.py").write_text("SEED = 0\n")  # not a config file: no get_config
+    error = _one_error_line(run_script("eval.py", f"--workdir={tmp_path}", f"--config={tmp_path}/mime.py"))
+    assert error.endswith(f"no such config file; did you mean {tmp_path}/mine.py?"), error
+    error = _one_error_line(run_script("train.py", "--config=elsewhere/x.py"))
+    assert error.endswith(": no such config file; the configs are in configs/"), error
 
 
 def test_print_config_prints_the_resolved_config_and_what_the_overrides_changed(run_script, tmp_path):

@@ -8,10 +8,15 @@ class ConfigError(ValueError):
     pass
 
 
-def did_you_mean(name: str, known) -> str:
-    """"; did you mean x, y?" naming the known names closest to a misspelled one, or "" if none is close."""
-    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.6) if isinstance(name, str) else []
-    return f"; did you mean {', '.join(close)}?" if close else ""
+def did_you_mean(name: str, known, key=None) -> str:
+    """"; did you mean x, y?" naming the known names closest to a misspelled one, or "" if none is close.
+    `key`: the part of each name compared (a path's file name), where the rest is shared."""
+    if not isinstance(name, str):
+        return ""
+    key = key or (lambda whole: whole)
+    by_key = {key(known_name): known_name for known_name in known}
+    close = difflib.get_close_matches(key(name), list(by_key), n=3, cutoff=0.6)
+    return f"; did you mean {', '.join(by_key[match] for match in close)}?" if close else ""
 
 
 def choice(field: str, value, allowed) -> None:

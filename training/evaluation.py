@@ -10,7 +10,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from analysis import plots, rank, shape
+from analysis import rank, shape
 from data import pipeline
 from models import CAUSAL_ROLES
 from runtime import atomic, devices, workdirs
@@ -212,6 +212,8 @@ def draw_evaluation_plots(workdir: str, result: dict) -> None:
     """plots/attention.png and plots/spectra.png of the evaluation `result` (eval.json's content), from
     the example's weights and spectra.json that it wrote, titled with the run, its kinds and the step. A
     model without attention has neither."""
+    from analysis import plots  # Matplotlib: not for the tasks' config checks, which import this module
+
     plot_dir, spectra_path = os.path.join(workdir, "plots"), os.path.join(workdir, SPECTRA_FILE)
     if not os.path.exists(spectra_path):
         return
