@@ -1,9 +1,10 @@
 """The delta rule's kinds: DeltaNet and Gated DeltaNet, linear attention whose write replaces the value stored
-under a key instead of adding to it (their sums in attention/delta_sums.py)."""
+under a key instead of adding to it (their sums in attention/ops/delta_sums.py)."""
 import jax.numpy as jnp
 from flax import nnx
 
-from attention import delta_sums, feature_maps, key_gates, masks
+from attention import feature_maps, key_gates, masks
+from attention.ops import delta_sums
 from attention.kernelized_base import ONE_PATH_IMPLEMENTATION, KernelizedAttention
 from attention.registry import register
 
@@ -107,7 +108,7 @@ class GatedDeltaAttention(DeltaAttention):
 
     g_t = sigmoid(k_t . w_h + b_h) read from the key as gated_linear's gate (attention/key_gates.py), w = 0 and
     b = `decay_bias` (3) at the start (g = 0.95); a padded key's gate is 1. In the chunked form the decay enters the WY system
-    and the carried state through the chunk's cumulative log gates (attention/delta_sums.py). Bidirectionally,
+    and the carried state through the chunk's cumulative log gates (attention/ops/delta_sums.py). Bidirectionally,
     as `delta`, with key s > t reaching query t decayed by the gates of t+1..s, as gated_linear's backward scan.
     Everything else is `delta`'s: no denominator, no rank bound, the same decoding and state."""
 

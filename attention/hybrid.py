@@ -28,7 +28,7 @@ class BasedAttention(nnx.Module):
     local's row is 0 and the row is Taylor's half alone; every unpadded self-attention query has its own key.
 
     Options: `window` reaches the local part; `taylor_order` and the kernelised options `eps`, `chunk_size`
-    and `kernelized_implementation` (attention/kernel_sums.py's paths) reach the Taylor part. It is on no base:
+    and `kernelized_implementation` (attention/ops/kernel_sums.py's paths) reach the Taylor part. It is on no base:
     it declares them all as its own, its parts' declarations (registry.option_defaults refuses a second default
     for an option); the local part keeps its softmax at the default and no dropout.
 

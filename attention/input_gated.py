@@ -1,6 +1,6 @@
 """The gated kinds as GLA, DeltaNet and Gated DeltaNet build them: gates computed from the layer's input x by
-projections of their own, an output norm (and gate), over the sums of attention/kernel_sums.py and
-attention/delta_sums.py.
+projections of their own, an output norm (and gate), over the sums of attention/ops/kernel_sums.py and
+attention/ops/delta_sums.py.
 
 The key-gated kinds beside them (`gated_linear`, `delta`, `gated_delta`) see only q, k and v and read their gates
 from the d'-wide key (attention/key_gates.py). These read x [B, L, d_model], the self-attention's input: a kind
@@ -19,7 +19,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention import delta_sums, feature_maps, kernel_sums, key_gates, masks, option_specs
+from attention import feature_maps, key_gates, masks, option_specs
+from attention.ops import delta_sums, kernel_sums
 from attention.kernelized_base import CHUNK_SIZE, EPS
 from attention.registry import register
 

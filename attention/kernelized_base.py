@@ -1,11 +1,12 @@
 """The base of the kernelised kinds: a feature map phi in place of softmax's exp(q.k), the keys' stabiliser
-and the normaliser's floor `eps` in its units, the O(L) forms of attention/kernel_sums.py behind the
+and the normaliser's floor `eps` in its units, the O(L) forms of attention/ops/kernel_sums.py behind the
 interface, and decoding through the running state sum phi(k) [v, 1]^T."""
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention import kernel_sums, masks, option_specs
+from attention import masks, option_specs
+from attention.ops import kernel_sums
 
 
 # The stabiliser of a padded key: below any other, so it sets no scale, and finite, so that exp(it - itself)
@@ -17,14 +18,14 @@ EPS = option_specs.Option(
     "eps", 1e-6, "added to the normaliser (delta, gated_delta: to the squared norm of each query and key, under the "
     "square root that normalises it; gla, deltanet, gated_deltanet: to the mean square of the output norm, and "
     "the last two's to the squared norms too)", rule=option_specs.positive("it keeps the normaliser away from 0"))
-CHUNK_SIZE = option_specs.Option("chunk_size", 64, "causal chunk length; 0: the size attention/chunking.py picks",
-                                  rule=option_specs.at_least(0, "0: the size attention/chunking.py picks"))
+CHUNK_SIZE = option_specs.Option("chunk_size", 64, "causal chunk length; 0: the size attention/ops/chunking.py picks",
+                                  rule=option_specs.at_least(0, "0: the size attention/ops/chunking.py picks"))
 KERNELIZED_IMPLEMENTATION = option_specs.Option(
     "kernelized_implementation", "auto",
     "who computes the sums: `auto` (taylor and exp_limit with fewer keys than features: the explicit Lq x Lk "
     "polynomial of q.k, the same product without the features; else the causal Pallas kernels on a GPU where they "
     "apply, else `xla`), `xla` (the custom-VJP sums), `pallas` (off a GPU in interpret mode, for tests) or "
-    "`autodiff` (XLA's autodiff of the chunked sums, kept as the yardstick), see attention/kernel_sums.py; "
+    "`autodiff` (XLA's autodiff of the chunked sums, kept as the yardstick), see attention/ops/kernel_sums.py; "
     "gated_linear, delta and gated_delta: `auto` or `autodiff`, their one path; based: its Taylor part's",
     choices=kernel_sums.IMPLEMENTATIONS)
 # The option of a kind with one path, differentiated by XLA's autodiff (gated_linear, delta, gated_delta).
@@ -42,8 +43,8 @@ class KernelizedAttention(nnx.Module):
     its key's term, O(1) in the position; cross-attention sums the source keys once.
 
     `BASE_OPTIONS` are the options every kernelised kind reads (`eps`, `chunk_size`: the causal chunk length,
-    0 for attention/chunking.py's; `kernelized_implementation`, who computes the sums, see
-    attention/kernel_sums.py): a kind's constructor passes them on as **base_options, and declares its own in
+    0 for attention/ops/chunking.py's; `kernelized_implementation`, who computes the sums, see
+    attention/ops/kernel_sums.py): a kind's constructor passes them on as **base_options, and declares its own in
     `OWN_OPTIONS` (attention/registry.py composes the two; a kind with one path narrows the implementation's
     values there)."""
 

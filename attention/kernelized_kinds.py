@@ -5,7 +5,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention import aux_losses, feature_maps, kernel_sums, key_gates, masks, option_specs
+from attention import aux_losses, feature_maps, key_gates, masks, option_specs
+from attention.ops import kernel_sums
 from attention.kernelized_base import ONE_PATH_IMPLEMENTATION, KernelizedAttention
 from attention.registry import register
 from attention.score_base import dot_scores, masked_softmax
@@ -47,7 +48,7 @@ class GatedLinearAttention(KernelizedAttention):
     t sits at position t of the keys' axis (cross-attention too). Under a causal mask or a decay the weights
     are not of rank <= m (the decay matrix is of full rank), though `feature_dim` is m: the feature map's.
 
-    The O(L) path is attention/kernel_sums.py's gated sums, one lax.scan over chunks differentiated by XLA's
+    The O(L) path is attention/ops/kernel_sums.py's gated sums, one lax.scan over chunks differentiated by XLA's
     autodiff (no custom VJP, no Pallas kernels): `kernelized_implementation` takes "auto" or "autodiff", the same
     path.
     Per feature, each chunk forms its C x C x m decays. Decoding: a causal step decays S [B, H, m, Dv + 1] (its

@@ -16,7 +16,8 @@ is `feature_dim` (the rank bound in eval.json), and the state per head is m x Dv
 import jax.numpy as jnp
 from flax import nnx
 
-from attention import feature_maps, kernel_sums, masks
+from attention import feature_maps, masks
+from attention.ops import kernel_sums
 from attention.kernelized_base import KernelizedAttention
 from attention.registry import register
 

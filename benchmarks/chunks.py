@@ -6,7 +6,7 @@ import time
 import jax
 
 import attention
-from attention import chunking
+from attention.ops import chunking
 from benchmarks.attention import (brief, build_layer, feature_dim, kind_options, measure_length, parse_kinds,
                                   selected_implementation, settings_of)
 from benchmarks.common import machine, machine_text, parse_ints, parse_lengths, write_reports
@@ -148,7 +148,7 @@ def markdown(result: dict) -> str:
              f"{s['repeats']} timings; {machine_text(m)}. "
              f"The limit is softmax's multiply-adds over linear's, L / (m + C/2); the counted FLOP ratio is "
              f"XLA's cost analysis of the two programs (whole C x C blocks and the whole L x L matrix). "
-             f"C=auto is attention/chunking.py's size for {s['platform']}.\n"]
+             f"C=auto is attention/ops/chunking.py's size for {s['platform']}.\n"]
     for kind in s["kinds"]:
         lines += [f"## {kind}\n", "Time (ms) and the fastest chunk's ratio:\n", table(result, kind), "",
                   "softmax/linear per chunk size (fraction of its limit L/(m+C/2)):\n", ratio_table(result, kind), ""]

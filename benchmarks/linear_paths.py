@@ -6,7 +6,7 @@ import contextlib
 import json
 import time
 
-from attention import chunked_sums, chunking, kernel_sums
+from attention.ops import chunked_sums, chunking, kernel_sums
 from benchmarks import roofline
 from benchmarks.attention import build_layer, measure_modes, plot
 from benchmarks.common import machine, machine_text, parse_lengths, report_markdown, write_reports

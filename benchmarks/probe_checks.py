@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attention import kernel_sums, linear_pallas
+from attention.ops import kernel_sums, linear_pallas
 
 # Read beside requirements.txt's pins: the GPU's own stack and the test tools.
 EXTRA_PACKAGES = ("triton", "jax-cuda13-plugin", "jax-cuda13-pjrt", "pytest", "pytest-timeout")

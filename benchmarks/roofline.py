@@ -13,7 +13,7 @@ launching it.
 
 A program's work: FLOPs and bytes accessed from XLA's cost analysis of the compiled program timed
 (benchmarks/common.py: xla_cost). That analysis counts a while loop's body once, whatever its trip count,
-and attention/chunked_sums.py runs its passes over chunks as lax.scan loops: `loop_aware_cost` compiles the
+and attention/ops/chunked_sums.py runs its passes over chunks as lax.scan loops: `loop_aware_cost` compiles the
 same program a second time with each scan unrolled twice (chunked_sums.UNROLL = 2), whose difference is one
 more trip of every loop, and counts that trip trips - 1 more times. A program without loops gives the same
 cost both ways. Exact for an even trip count (every power-of-two length in chunks of a power of two); for an
@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention import chunked_sums, chunking
+from attention.ops import chunked_sums, chunking
 from attention.kernelized_base import KernelizedAttention
 from benchmarks.common import seconds_per_call, xla_cost
 

@@ -16,6 +16,7 @@ from attention.kernelized_base import KernelizedAttention
 from benchmarks import model_flops, roofline
 from benchmarks.common import counted_flops, machine, write_reports
 from configs.task_configs import BY_TASK
+from models.mlm import MaskedLanguageModel
 from data.prefetch import prefetch
 from training import sharding, steps, validate
 
@@ -69,7 +70,7 @@ def load_config(spec: str, overrides: dict | None = None):
 def hand_counted_flops(config, model, batch: dict) -> float | None:
     """benchmarks/model_flops.py's count of an MLM step whose attention layers are all softmax or all one kernelised
     kind (the others' forms would need counts of their own: a projection, a window, a second part); None otherwise."""
-    if config.task != "mlm":
+    if not isinstance(model, MaskedLanguageModel):
         return None
     kinds = {type(layer.attention): layer.attention for layers in model.attention_layers().values()
              for layer in layers}

@@ -3,7 +3,7 @@
   python -m scripts.bench_chunks                                  # linear, C 16..256, L 1,024, 4,096, 8,192
   python -m scripts.bench_chunks --kinds=linear,performer --chunk_sizes=0,32,64 --lengths=256,1024
 
-The causal form of a kernelised kind (attention/kernel_sums.py, `causal_linear_attention`) is quadratic
+The causal form of a kernelised kind (attention/ops/kernel_sums.py, `causal_linear_attention`) is quadratic
 inside chunks of C positions and linear across them, through prefix sums of per-chunk states. Per
 position, softmax does L D + L Dv multiply-adds (the whole L x L matrix: XLA computes its masked half
 too), causal linear attention m Dv (its chunk's state) + m Dv (the earlier chunks' states) + C (m + Dv) / 2
@@ -15,7 +15,7 @@ softmax kernel that skips the masked half (cuDNN's causal flash attention) would
 chunks do less arithmetic but more, smaller matmuls over more chunk states; this script finds where the
 two balance on the machine it runs on.
 
-A chunk size of 0 is "auto", the size attention/chunking.py picks for the platform and length.
+A chunk size of 0 is "auto", the size attention/ops/chunking.py picks for the platform and length.
 
 Each kind at each chunk size is a column of one timing run, and softmax (causal, unmasked, in the
 kernel --implementation selects) is timed in the same rounds, so that every ratio is measured within one
@@ -30,7 +30,7 @@ from scripts import command_line
 FLAGS = flags.FlagValues()
 flags.DEFINE_string("kinds", "linear", "comma-separated kernelised kinds (they take chunk_size)", flag_values=FLAGS)
 flags.DEFINE_string("chunk_sizes", "16,32,64,128,256", "comma-separated causal chunk sizes; 0: auto "
-                    "(attention/chunking.py)", flag_values=FLAGS)
+                    "(attention/ops/chunking.py)", flag_values=FLAGS)
 command_line.define_common_flags(FLAGS, "1024,4096,8192")
 
 

@@ -7,7 +7,7 @@
   python -m scripts.bench_linear_paths --tables_of=reports/bench/linear_paths_grad/linear_paths.json
 
 Each column is the kind `linear` (B = 1, H = 4, D = 64 by default, float32) with `kernelized_implementation`, chunk size
-(0: attention/chunking.py's) and, optionally, the strategy of attention/chunked_sums.py forced at trace time
+(0: attention/ops/chunking.py's) and, optionally, the strategy of attention/ops/chunked_sums.py forced at trace time
 (else chunking.py's): "autodiff:64" is the autodiff path at the chunk size it ran best at on the CPU from
 1,024 tokens, "xla:0" the custom-VJP sums as the kinds run them by default with chunk_size=0. The program
 timed is the jitted value and gradient of sum(out * cotangent) for q, k and v: the output computed as a
@@ -32,7 +32,7 @@ from scripts import command_line
 
 FLAGS = flags.FlagValues()
 flags.DEFINE_string("columns", DEFAULT_COLUMNS, "comma-separated implementation:chunk[:strategy] of the kind "
-                    "linear (implementation autodiff or xla; chunk 0: attention/chunking.py's; strategy "
+                    "linear (implementation autodiff or xla; chunk 0: attention/ops/chunking.py's; strategy "
                     "sequential or parallel: forced, else chunking.py's)", flag_values=FLAGS)
 flags.DEFINE_string("modes", ",".join(MODES), "comma-separated: causal, bidirectional", flag_values=FLAGS)
 flags.DEFINE_enum("program", "value_and_grad", tuple(PROGRAMS), "what is timed: the loss and its gradient, or the "

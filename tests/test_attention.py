@@ -103,9 +103,9 @@ def test_multi_head_wrapper_rejects_indivisible_width():
 
 
 def test_chunk_size_zero_is_the_size_chunking_picks(monkeypatch):
-    """chunk_size=0 (`attention.chunk_size = 0`) runs attention/chunking.py's size for the platform and
+    """chunk_size=0 (`attention.chunk_size = 0`) runs attention/ops/chunking.py's size for the platform and
     length: the output of that size given explicitly, and exact against the dense reference."""
-    from attention import chunking
+    from attention.ops import chunking
 
     q, k, v, key_valid = _inputs(seed=1)
     expected = _expected("linear", q, k, v, allowed(key_valid, L, True))
@@ -120,9 +120,9 @@ def test_chunk_size_zero_is_the_size_chunking_picks(monkeypatch):
 
 
 def test_chunking_tables_give_a_positive_size_and_a_strategy_everywhere():
-    from attention import chunking
+    from attention.ops import chunking
 
-    from attention import chunked_sums
+    from attention.ops import chunked_sums
 
     for platform in ("cpu", "gpu", "cuda", "rocm", "tpu", "unknown"):
         sizes = [chunking.chunk_size_for(platform, length) for length in (1, 13, 256, 1024, 8192, 10**6)]

@@ -7,7 +7,7 @@ import json
 import jax
 import pytest
 
-from attention import chunking
+from attention.ops import chunking
 from benchmarks import attention, common, train
 from scripts import bench_attention, bench_chunks, bench_decode
 
@@ -162,7 +162,7 @@ def test_bench_chunks_times_every_chunk_size_against_softmax(tmp_path):
     labels = ["softmax", "linear C=auto", "linear C=4"]
     assert set(rows) == {(label, 16) for label in labels}
     assert all(row["ms"] > 0 and row["causal"] and row["flops"] > 0 for row in rows.values())
-    # 0 is the size attention/chunking.py gives this platform, at most L.
+    # 0 is the size attention/ops/chunking.py gives this platform, at most L.
     assert rows["linear C=auto", 16]["chunk"] == min(chunking.chunk_size_for("cpu", 16), 16)
     assert rows["linear C=4", 16]["chunk"] == 4
     entries = {(entry["chunk_size"], entry["length"]): entry for entry in written["ratios"]}

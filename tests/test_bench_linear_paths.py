@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from attention import chunked_sums
+from attention.ops import chunked_sums
 from benchmarks import attention, common, linear_paths, roofline
 from scripts import bench_attention, bench_linear_paths, bench_roofline
 
@@ -92,7 +92,7 @@ def test_tiny_run_writes_every_column_mode_and_length(tmp_path, capsys):
 
 def test_forced_strategy_is_traced_and_undone(monkeypatch):
     """A column's strategy reaches chunked_sums when its program is traced, and only then."""
-    from attention import chunking
+    from attention.ops import chunking
 
     seen = []
     monkeypatch.setattr(chunked_sums, "causal_sums", lambda *args: seen.append(args[-1]) or args[2])

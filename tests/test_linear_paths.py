@@ -1,6 +1,6 @@
-"""The kernelised kinds' paths against each other: the custom-VJP sums (attention/chunked_sums.py,
+"""The kernelised kinds' paths against each other: the custom-VJP sums (attention/ops/chunked_sums.py,
 `kernelized_implementation="xla"`) against the reference path (`kernelized_implementation="autodiff"`, XLA's autodiff of
-the chunked sums), and the Pallas kernels (attention/linear_pallas.py, in interpret mode on the CPU) against
+the chunked sums), and the Pallas kernels (attention/ops/linear_pallas.py, in interpret mode on the CPU) against
 the custom-VJP sums: the same outputs and gradients within float32 rounding, for every kind, both strategies
 of carrying the state across chunks, lengths that are not a multiple of the chunk, padded keys, and the
 keys' stabiliser (performer) growing inside and across chunks. The dense references of tests/kind_harness.py
@@ -20,7 +20,8 @@ from flax import nnx
 from jax.sharding import AbstractDevice, AbstractMesh, AxisType, use_abstract_mesh
 
 import attention
-from attention import chunked_sums, chunking, kernel_sums, linear_pallas, registry
+from attention import registry
+from attention.ops import chunked_sums, chunking, kernel_sums, linear_pallas
 from attention.kernelized_base import KernelizedAttention
 from kind_harness import D, H, f32, inputs, mask, package_kinds_of, reference_for
 
@@ -199,7 +200,7 @@ def test_widths_and_chunks_over_the_h100s_shared_memory_are_refused():
 
 
 def test_the_gpus_automatic_chunk_fits_every_width():
-    """chunk_size 0 picks attention/chunking.py's GPU chunk: the kernels must take it at every width, or `auto`
+    """chunk_size 0 picks attention/ops/chunking.py's GPU chunk: the kernels must take it at every width, or `auto`
     would leave them for XLA exactly where a caller did not choose the chunk."""
     chunk = chunking.chunk_size_for("gpu", 4096)
     for feature_dim in linear_pallas.WIDTHS:
@@ -240,7 +241,7 @@ def test_import_attention_without_pallas_triton_and_pallas_is_refused_in_one_lin
         sys.modules["jax.experimental.pallas.triton"] = None  # its import now raises ImportError
         import jax.numpy as jnp
         import attention
-        from attention import kernel_sums
+        from attention.ops import kernel_sums
         assert not kernel_sums._by_kernels("auto", "gpu", 64, 64, 64, jnp.float32)
         try:
             kernel_sums._by_kernels("pallas", "cpu", 64, 64, 64, jnp.float32)

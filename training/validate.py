@@ -4,7 +4,8 @@ import os
 
 import attention
 import tasks
-from attention import fused, linear_pallas, registry
+from attention import fused, registry
+from attention.ops import linear_pallas
 from models import CAUSAL_ROLES, ROLES, SELF_ROLES
 from runtime import profiling, workdirs
 from training import model_config, sharding, steps

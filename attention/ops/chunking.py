@@ -1,7 +1,7 @@
 """The causal chunk length and strategy of the kernelised kinds, by platform and sequence length, from
 measurements.
 
-Causal linear attention (attention/chunked_sums.py) is quadratic inside chunks of C positions and linear
+Causal linear attention (attention/ops/chunked_sums.py) is quadratic inside chunks of C positions and linear
 across them. Smaller chunks do less arithmetic (about L (m + C/2) multiply-adds per feature column against
 softmax's L^2) but run more, smaller matmuls; the best C is where the two balance, which depends on the
 hardware. `chunk_size = 0` (the kinds' option, `config.attention.chunk_size`) means "auto": the size
@@ -24,7 +24,7 @@ to 256 tokens and 64 beyond.)
 GPU and TPU: NOT measured (no accelerator was lent to the sessions that built this). Their entries are
 an explicit default, 64 and the parallel strategy (a GPU runs a loop of small matmuls poorly), to be
 replaced by what `python -m scripts.bench_linear_paths` measures there; on a GPU the Pallas kernels
-(attention/linear_pallas.py) take the causal sums where they apply. A platform not in the tables gets
+(attention/ops/linear_pallas.py) take the causal sums where they apply. A platform not in the tables gets
 DEFAULT_CHUNK and DEFAULT_STRATEGY.
 """
 
@@ -57,7 +57,7 @@ def _lookup(table: dict, platform: str, length: int, default):
     return entries[-1][1]
 
 
-# platform -> ((largest length, strategy), ...) of attention/chunked_sums.py, read as TABLE is.
+# platform -> ((largest length, strategy), ...) of attention/ops/chunked_sums.py, read as TABLE is.
 STRATEGIES = {
     "cpu": ((256, "parallel"), (None, "sequential")),  # measured (see above)
     "gpu": ((None, "parallel"),),  # not measured: default
@@ -67,5 +67,5 @@ DEFAULT_STRATEGY = "parallel"
 
 
 def strategy_for(platform: str, length: int) -> str:
-    """How attention/chunked_sums.py carries the state across the chunks of `length` positions on `platform`."""
+    """How attention/ops/chunked_sums.py carries the state across the chunks of `length` positions on `platform`."""
     return _lookup(STRATEGIES, platform, length, DEFAULT_STRATEGY)

@@ -28,7 +28,7 @@ weights (x = the identity) and for cross-attention's decoding memory (x = the va
 import jax
 import jax.numpy as jnp
 
-from attention import kernel_sums
+from attention.ops import kernel_sums
 
 
 def _decay_matrix(cumulative, diagonal: bool):
@@ -75,7 +75,7 @@ def _scan(q, key_rows, log_gate, chunk: int, strict: bool):
 
 def causal_delta_rule(q, k, v, beta, log_gate, chunk_size: int):
     """Causal (gated) delta rule over q, k [B, L, H, m] (unit norm), v [B, L, H, Dv], beta and log_gate [B, L, H],
-    in chunks of `chunk_size` positions (0: attention/chunking.py's) -> [B, L, H, Dv] in v's dtype."""
+    in chunks of `chunk_size` positions (0: attention/ops/chunking.py's) -> [B, L, H, Dv] in v's dtype."""
     chunk = kernel_sums.gated_chunk(chunk_size, q.shape[1])
     return _scan(q, (k, v.astype(jnp.float32), beta), log_gate, chunk, strict=False).astype(v.dtype)
 

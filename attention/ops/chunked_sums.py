@@ -1,5 +1,5 @@
 """Linear attention's O(L) sums with a hand-written backward (jax.custom_vjp), in plain JAX: the path
-`implementation="xla"` of the kernelised kinds (attention/kernel_sums.py dispatches here).
+`implementation="xla"` of the kernelised kinds (attention/ops/kernel_sums.py dispatches here).
 
 Per head, with phi(q) rows Q, phi(k) rows K and values V, the output of query i is
 N_i / D_i with N_i = sum_{j allowed} (Q_i . K_j) V_j and D_i = max(sum_{j allowed} Q_i . K_j + eps, tiny).
@@ -21,7 +21,7 @@ exclusive prefix of Q^T dO / D) for dk and dv. With dN = dO / D, the output's pa
 gradients need anyway, so N is neither stored nor recomputed.
 
 Layout: [B, L, H, *] inputs are padded to n chunks and transposed once into [n, B*H, C, *], chunk-major so
-that a pass over chunks reads contiguous slabs. Two strategies (attention/chunking.py picks one per platform
+that a pass over chunks reads contiguous slabs. Two strategies (attention/ops/chunking.py picks one per platform
 and length, from measurements): "sequential", one lax.scan over chunks carrying the state, which writes
 outputs and gradients back to [B, L, H, *] chunk by chunk (no transposed copy of them, nor of dO); and
 "parallel", every chunk at once in batched matmuls with the prefix over chunk states between them (a

@@ -1,11 +1,11 @@
 """Causal linear attention as Pallas kernels (jax.experimental.pallas, lowered through Triton on a GPU), forward
-and backward: the path `implementation="pallas"` of the kernelised kinds (attention/kernel_sums.py).
+and backward: the path `implementation="pallas"` of the kernelised kinds (attention/ops/kernel_sums.py).
 
 A kernel's program is one chunk of C positions of one (batch, head): the grid is (B, H, n) for n chunks, so a
 GPU gets B H n programs (B = 1, H = 4 at 4,096 tokens in chunks of 64: 256 for an H100's 132 SMs), where one
 program per (batch, head) walking the chunks gave it B H. What crosses the chunks, the state of the chunks
 before (P [m, Dv], z [m]) and in the backward its cotangent, goes through XLA between two kernels: the parallel
-strategy of attention/chunked_sums.py, in kernels (the prefix is a cumsum, or under a key stabiliser a scan of
+strategy of attention/ops/chunked_sums.py, in kernels (the prefix is a cumsum, or under a key stabiliser a scan of
 n small XLA steps). Forward: the chunks' own states, their exclusive prefix sum (chunked_sums.exclusive_prefix),
 each chunk's output and denominator D. Backward: the states again (nothing per chunk is stored), each chunk's
 dq, D's cotangent and its queries' part of the states' cotangent, the reverse prefix of that, each chunk's dk
@@ -31,7 +31,7 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from attention import chunked_sums
+from attention.ops import chunked_sums
 
 try:
     from jax.experimental import pallas as pl

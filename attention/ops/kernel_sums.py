@@ -6,7 +6,7 @@ bidirectional form sums phi(k) v^T over keys once, O(L m Dv); the causal form wo
 positions, quadratic inside a chunk and through the states of the chunks before it across chunks.
 
 `implementation` (the kinds' option `kernelized_implementation`) picks who computes them: "xla", the
-custom-VJP sums of attention/chunked_sums.py; "pallas", the kernels of attention/linear_pallas.py (causal: bidirectional
+custom-VJP sums of attention/ops/chunked_sums.py; "pallas", the kernels of attention/ops/linear_pallas.py (causal: bidirectional
 attention is two matmuls and stays on "xla"; off a GPU in interpret mode, for tests); "auto", the kernels
 where they compile (a GPU, widths and chunks they take within its shared memory), else "xla"; and
 "autodiff", the reference path below (XLA's autodiff of the chunked sums, the normaliser a column of ones
@@ -28,7 +28,8 @@ one step is O(1) in the position either way.
 import jax
 import jax.numpy as jnp
 
-from attention import chunked_sums, chunking, linear_pallas, masks
+from attention import masks
+from attention.ops import chunked_sums, chunking, linear_pallas
 
 IMPLEMENTATIONS = ("auto", "xla", "pallas", "autodiff")
 _said_interpreted = set()  # the platforms where "pallas" has said that it runs in interpret mode
@@ -141,7 +142,7 @@ def bidirectional_linear_attention(phi_q, phi_k, v, eps, implementation: str = "
 def causal_linear_attention(phi_q, phi_k, v, eps, chunk_size: int, key_stabiliser=0.0,
                             implementation: str = "xla"):
     """Causal linear attention over [B, L, H, *] inputs in chunks of `chunk_size` positions (0: the size
-    attention/chunking.py picks for the platform and length) -> [B, L, H, Dv] in v's dtype.
+    attention/ops/chunking.py picks for the platform and length) -> [B, L, H, Dv] in v's dtype.
 
     `key_stabiliser` is a scalar where every key shares one scale; else the running max [B, L, H, 1] of the
     keys' stabilisers, phi_k of key j scaled down by exp(key_stabiliser[j]), and query i's output, and its
@@ -256,7 +257,7 @@ def from_chunks(out, length: int):
 
 
 def gated_chunk(chunk_size: int, length: int) -> int:
-    """The chunk of the scans over `length` positions: `chunk_size`, or attention/chunking.py's for 0, at most
+    """The chunk of the scans over `length` positions: `chunk_size`, or attention/ops/chunking.py's for 0, at most
     the length."""
     return min(chunk_size or chunking.chunk_size_for(jax.default_backend(), length), length)
 
@@ -286,7 +287,7 @@ def reversed_gates(log_gate):
 
 def gated_sums(phi_q, phi_k, values, log_gate, chunk_size: int, causal: bool):
     """sum over keys s of phi(q_t).phi(k_s) times the gates between them times values_s -> float32
-    [B, Lq, H, d], in chunks of `chunk_size` positions (0: attention/chunking.py's), no normaliser: causally
+    [B, Lq, H, d], in chunks of `chunk_size` positions (0: attention/ops/chunking.py's), no normaliser: causally
     keys s <= t; bidirectionally a forward scan (keys s <= t) and a backward one (keys s > t, decayed by the
     gates of t+1..s) added, query t at position t of the keys' axis (cross-attention included; a query beyond
     the last key is decayed by the gates up to that key only, `forward_and_backward`)."""
