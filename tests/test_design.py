@@ -111,3 +111,14 @@ def test_every_python_file_the_design_names_exists():
     assert paths, "docs/design.md names no Python file: the pattern no longer matches"
     missing = sorted(path for path in paths if not (ROOT / path).is_file())
     assert not missing, f"docs/design.md names files that do not exist: {', '.join(missing)}"
+
+
+def test_every_relative_link_of_the_readme_and_docs_resolves():
+    """A link to a report, a figure or another page names a file of the repository (anchors aside)."""
+    broken = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for match in re.finditer(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", doc.read_text()):
+            target = match.group(1)
+            if not target.startswith(("http://", "https://", "mailto:")) and not (doc.parent / target).exists():
+                broken.append(f"{doc.relative_to(ROOT)}: {target}")
+    assert broken == []
