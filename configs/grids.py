@@ -91,7 +91,8 @@ def every_kind_grid(performer_features: tuple[int, ...], local_window: int) -> l
     return rank_bound_grid(performer_features, local_window) + others
 
 
-def tiny_study(config_file: str) -> Study:
+def tiny_study(config_file: str, sweep: bool = False) -> Study:
     """Softmax beside linear attention on the task's `tiny` preset, one seed each: a study's whole path
-    (training, report, figures) in about a minute on 2 CPU cores."""
-    return Study(f"{config_file}:tiny", {}, [kind_run("softmax"), kind_run("linear")], seeds=1)
+    (training, report, figures) in about a minute on 2 CPU cores; with `sweep`, also a W&B sweep (the task's
+    `tiny_sweep`: a sweep's whole path as quickly)."""
+    return Study(f"{config_file}:tiny", {}, [kind_run("softmax"), kind_run("linear")], seeds=1, sweep=sweep)

@@ -108,6 +108,7 @@ def _study_full() -> grids.Study:
 
 STUDIES = {
     "tiny": functools.partial(grids.tiny_study, "configs/listops.py"),
+    "tiny_sweep": functools.partial(grids.tiny_study, "configs/listops.py", sweep=True),
     "quick": _study_quick,
     "full": _study_full,
 }

@@ -315,6 +315,7 @@ def _study_rank_or_shape_controls() -> grids.Study:
 
 STUDIES = {
     "tiny": functools.partial(grids.tiny_study, "configs/mlm.py"),
+    "tiny_sweep": functools.partial(grids.tiny_study, "configs/mlm.py", sweep=True),
     "quick": _study_quick,
     "standard": _study_standard,
     "full": _study_full,

@@ -517,6 +517,7 @@ def _study_gated_published_bidirectional() -> grids.Study:
 
 STUDIES = {
     "tiny": functools.partial(grids.tiny_study, "configs/recall.py"),
+    "tiny_sweep": functools.partial(grids.tiny_study, "configs/recall.py", sweep=True),
     "quick": _study_quick,
     "bidirectional": _study_bidirectional,
     "kinds": _study_kinds,

@@ -157,6 +157,7 @@ def _study_forms() -> grids.Study:
 
 STUDIES = {
     "tiny": functools.partial(grids.tiny_study, "configs/translation.py"),
+    "tiny_sweep": functools.partial(grids.tiny_study, "configs/translation.py", sweep=True),
     "quick": _study_quick,
     "full": _study_full,
     "default": _study_default,

@@ -2,6 +2,7 @@
 of each run the agent starts, and a sweep file run locally as the study it was generated from
 (`python -m scripts.sweep`)."""
 import os
+import types
 
 import yaml
 
@@ -11,6 +12,10 @@ from studies import catalog, jobs, runner
 from studies import StudyError
 from training import metrics
 
+
+# A sweep run locally reports under <reports_dir>/sweeps/<task>/<preset>: its own runs.json, never merged into the
+# report of the study it was generated from (its workdirs are the study's: no config trains twice).
+SWEEP_REPORTS = "sweeps"
 
 # The agent's parameters, passed as `--study_run=<run name> --seed=<seed>`: one categorical parameter naming
 # the study's run, so that the grid is exactly the study's runs at its seeds (a grid over the fields the
@@ -90,9 +95,11 @@ def study_of(path: str) -> tuple[str, str]:
 
 
 def run_sweep(path: str, options, extra: list[str], command: str) -> None:
-    """The sweep file at `path` run as its study (runner.run_study, with the study flags in `options`)."""
+    """The sweep file at `path` run as its study (runner.run_study, with the study flags in `options`), its report
+    in a folder of its own (SWEEP_REPORTS)."""
     try:
         task, preset = study_of(path)
     except (OSError, ValueError) as error:
         raise StudyError(str(error)) from None
-    runner.run_study(task, preset, options, extra, command)
+    own = types.SimpleNamespace(**{**vars(options), "reports_dir": os.path.join(options.reports_dir, SWEEP_REPORTS)})
+    runner.run_study(task, preset, own, extra, command)

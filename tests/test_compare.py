@@ -98,7 +98,7 @@ def test_each_preset_reports_in_its_own_directory():
 def test_unknown_task_or_preset_names_the_allowed_ones():
     with pytest.raises(ValueError, match="tasks: listops, mlm, recall, translation"):
         catalog.get_study("vision", "quick")
-    with pytest.raises(ValueError, match="presets: tiny, quick, full, default, kinds, splits, forms, rank$"):
+    with pytest.raises(ValueError, match="presets: tiny, tiny_sweep, quick, full, default, kinds, splits, forms, rank$"):
         catalog.get_study("translation", "huge")
     with pytest.raises(ValueError, match="presets: tiny, .*, rank; did you mean quick\\?$"):
         catalog.get_study("translation", "quik")

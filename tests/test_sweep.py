@@ -123,6 +123,7 @@ def test_a_sweep_file_runs_its_study_through_the_runner_and_an_edited_one_is_ref
     [(task, preset, options, extra, command)] = calls
     assert (task, preset) == catalog.sweeps()[0] and extra == ["--config.num_train_steps=10"]
     assert (options.jobs, options.only, options.runs_dir, options.seeds) == (2, "softmax", str(tmp_path), None)
+    assert options.reports_dir == os.path.join("runs", "reports", sweeps.SWEEP_REPORTS)  # not the study's
     assert command == "python -m scripts.sweep " + " ".join(argv)
 
     edited = tmp_path / "edited.yaml"
