@@ -16,25 +16,47 @@ trains the runs as one vmapped program (training/packed.py), each in its own wor
 may differ in the seed and the learning rate.
 """
 import json
+import sys
 
 from absl import flags, logging
 from ml_collections import config_flags
 
+import tasks
 from runtime import cli, workdirs
-from training import metrics, validate
+from training import metrics, model_config, validate
 
 DEFAULT_CONFIG = "configs/translation.py"
 _CONFIG = config_flags.DEFINE_config_file("config", None, f"Config file[:presets]; default: {DEFAULT_CONFIG}.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (required but with --print_config): config, "
                                f"metrics, checkpoints, eval; {metrics.RUN_ID_PLACEHOLDER} in it is the W&B agent's "
                                "run id.")
-_PRINT_CONFIG = flags.DEFINE_bool("print_config", False, "Check and print the resolved config, and what the "
-                                  "--config.<field> overrides changed in its presets, then exit; no --workdir needed.")
+_PRINT_CONFIG = flags.DEFINE_enum("print_config", None, cli.PRINT_CONFIG_CHOICES, "Check and print the resolved "
+                                  "config, and what the --config.<field> overrides changed in its presets, then exit; "
+                                  "no --workdir needed. Bare, or `read`: the fields the task's model and the kinds in "
+                                  "use read; `all`: every field.")
 _PACK = flags.DEFINE_multi_string("pack", [], "In place of --workdir: one run of a packed training, "
                                   "<workdir>:<field>=<value>[,...] with fields among seed and learning_rate; "
                                   "repeat it, once per run.")
 _EVALUATE_AGAIN = flags.DEFINE_bool("evaluate_again", False, "Run the final evaluation of a finished run again "
                                     "(without it, a finished run says so and exits).")
+
+
+def printed_config(config, everything: bool) -> str:
+    """The resolved config as JSON: every field where `everything`, else those the task's model and the kinds in
+    use read (model_config.unread_fields), saying on stderr how many it left out."""
+    record = workdirs.config_record(config)
+    if everything:
+        return json.dumps(record, indent=1)
+    unread = model_config.unread_fields(config, tasks.get(config.task))
+    for field in unread:
+        *parents, leaf = field.split(".")
+        node = record
+        for parent in parents:
+            node = node[parent]
+        del node[leaf]
+    print(f"{len(unread)} fields the task's model and the kinds in use do not read are left out "
+          f"(--print_config=all prints every field)", file=sys.stderr)
+    return json.dumps(record, indent=1)
 
 
 def main(argv):
@@ -46,7 +68,7 @@ def main(argv):
     if _PRINT_CONFIG.value or not config.distributed:
         validate.validate(config)
     if _PRINT_CONFIG.value:
-        print(json.dumps(workdirs.config_record(config), indent=1))
+        print(printed_config(config, everything=_PRINT_CONFIG.value == "all"))
         print(cli.describe_config(config, spec))
         return
     if _PACK.value and _WORKDIR.value is not None:

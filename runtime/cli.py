@@ -93,6 +93,10 @@ def changes_from_preset(config, spec: str) -> dict[str, tuple]:
             if preset.get(field) != value}
 
 
+# train.py --print_config's values; the bare flag is the first.
+PRINT_CONFIG_CHOICES = ("read", "all")
+
+
 def describe_config(config, spec: str) -> str:
     """One line: the config file with its presets, and what the overrides changed in it."""
     path, colon, arg = spec.partition(":")
@@ -229,6 +233,7 @@ def run(main, default_config: str) -> None:
             fail(message)
 
     def parse(argv):
+        argv = [f"--print_config={PRINT_CONFIG_CHOICES[0]}" if arg == "--print_config" else arg for arg in argv]
         if (workdir := _flag_value(argv, "workdir")) is not None and not workdir.strip():
             fail("--workdir is empty; name the run's directory, e.g. --workdir=runs/x")
         default = default_config

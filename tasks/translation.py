@@ -50,6 +50,18 @@ def roles(config) -> tuple[str, ...]:
     return ("cross",) if is_rnn(config) else ROLES
 
 
+# The model fields one of translation's two models reads and the other does not (models/rnn.py's RecurrentSpec).
+RNN_ONLY_FIELDS = ("model.cell", "model.bidirectional", "model.static_attention", "model.decoder_memory",
+                   "model.memory_window")
+TRANSFORMER_ONLY_FIELDS = ("model.mlp_dim", "model.positions", "model.qk_head_dim", "model.conv_kernel",
+                           "model.conv_centered", "model.layer_kinds")
+
+
+def unread_fields(config) -> tuple[str, ...]:
+    """The model fields the chosen model does not read (train.py --print_config leaves them out)."""
+    return TRANSFORMER_ONLY_FIELDS if is_rnn(config) else RNN_ONLY_FIELDS
+
+
 def allowed_kinds(config) -> list[str]:
     """Every registered kind, and for the RNN also none (its baseline without attention)."""
     return attention.names() + ([rnn.NO_ATTENTION] if is_rnn(config) else [])

@@ -167,6 +167,14 @@ def test_print_config_prints_the_resolved_config_and_what_the_overrides_changed(
     resolved = json.loads("\n".join(printed))
     assert (resolved["num_train_steps"], resolved["model"]["d_model"], resolved["task"]) == (7, 32, "translation")
     assert os.listdir(tmp_path) == []  # no workdir, nothing written where it ran
+    # The fields softmax and the Transformer read: no option of another kind, no field of the RNN.
+    assert sorted(resolved["attention"]) == ["cross", "decoder_self", "dropout_rate", "encoder_self", "name",
+                                             "softmax_implementation"]
+    assert "cell" not in resolved["model"] and "mlp_dim" in resolved["model"]
+    assert process.stderr.strip().endswith("left out (--print_config=all prints every field)")
+    every = run_script("train.py", "--print_config=all", f"--config={ROOT}/configs/translation.py:tiny")
+    resolved = json.loads("\n".join(every.stdout.strip().splitlines()[:-1]))
+    assert {"num_features", "window"} <= set(resolved["attention"]) and "cell" in resolved["model"]
     error = _one_error_line(run_script("train.py", "--config=configs/translation.py:tiny"))
     assert error.startswith("error: --workdir is missing"), error
 

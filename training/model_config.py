@@ -74,6 +74,15 @@ def check_within_one_sequence(config, roles: tuple[str, ...]) -> None:
                                   f"self-attention kind); give attention.{role} another kind")
 
 
+def unread_fields(config, task) -> list[str]:
+    """The dotted fields of `config` that neither its task's model nor its kinds in use read: the attention options
+    no kind in use takes, and the fields the task names as unread by the model it builds (`unread_fields` of its
+    module, where it has one: translation's RNN leaves the Transformer's fields, and the reverse)."""
+    read = set().union(*kind_options(config, task.roles(config)).values())
+    unread = [f"attention.{option}" for option in config.attention if option not in (*read, "name", *ROLES)]
+    return unread + list(getattr(task, "unread_fields", lambda config: ())(config))
+
+
 def kind_options(config, roles: tuple[str, ...]) -> dict[str, dict]:
     """Options for each registered kind in use, taken from `config.attention.*` (a model's own name for
     attending to nothing, the RNN's "none", has none)."""
