@@ -3,6 +3,7 @@ finished ones read back and recorded beside the report (runs.json, merged with w
 that a study can run in parts, in several sittings and on several machines), and reported (analysis/report.py)
 with their validation curves. A study's Pick first trains each run's candidates and sets the run's field to
 the one best on validation."""
+import dataclasses
 import json
 import os
 
@@ -22,6 +23,27 @@ RUNS_JSON = "runs.json"
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PICK_DIR = "pick"  # under a run's directory: the workdirs of its candidates
 ATTENTION_HEAD = 0  # the head of every run that the study's attention_maps.png draws
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyRun:
+    """One invocation of a study: what every stage (picks, seeds, records, report) reads."""
+    task: str
+    preset: str
+    study: Study
+    runs_dir: str  # absolute: train.py runs in the repository root
+    out_dir: str  # the report's folder
+    extra: list[str]  # train.py's arguments after the study's own
+    command: str  # the command line, as the report's "Produced by" names it
+    workers: int | None = None  # training processes at once (None: one per device)
+    pack: bool = False  # each run's seeds (and a packable pick's candidates) as one program
+
+    @property
+    def group(self) -> str:
+        return study_name(self.task, self.preset)
+
+    def workdir(self, run: Run, seed: int) -> str:
+        return run_workdir(self.runs_dir, self.task, self.preset, run, seed)
 
 
 def part_runs(runs: list[Run], part: str) -> list[Run]:
@@ -191,10 +213,10 @@ def head_dim(results: dict[str, list[dict]]) -> int | None:
     return dims.pop() if len(dims) == 1 else None
 
 
-def _jobs(study: Study, runs: list[Run], seeds: range, workdirs: dict[str, list[str]],
-          group: str, extra: list[str], pack: bool = False) -> list[Job]:
-    """The job of every (run, seed), or where `pack`, of every run, its seeds packed in one program."""
-    if pack and len(seeds) > 1:
+def _jobs(context: StudyRun, runs: list[Run], seeds: range, workdirs: dict[str, list[str]]) -> list[Job]:
+    """The job of every (run, seed), or where the context packs, of every run, its seeds packed in one program."""
+    study, group, extra = context.study, context.group, context.extra
+    if context.pack and len(seeds) > 1:
         return [(f"{run.name} seeds {seeds[0]}-{seeds[-1]} (packed)",
                  packed_command(study, run, [(workdir, {"seed": seed}) for seed, workdir in
                                              zip(seeds, workdirs[run.name])], group, extra), workdirs[run.name][0])
@@ -295,38 +317,38 @@ def rewrite_report(task: str, preset: str, reports_dir: str) -> str:
                                verdict=study.verdict if current else "")
 
 
-def _picked(task: str, preset: str, study: Study, runs: list[Run], runs_dir: str, extra: list[str],
-            workers: int | None, pack: bool = False) -> tuple[list[Run], dict[str, dict]]:
-    """Trains the candidates of the study's Pick for `runs` (where `pack` and the field is packable, a run's
-    candidates in one program); returns the runs with the field set to the value chosen on validation (a run none
-    of whose candidates finished left out) and each run's pick_record."""
-    candidates = {run.name: pick_candidates(study.pick, run) for run in runs}
-    workdirs = {candidate.name: [run_workdir(runs_dir, task, preset, candidate, 0)]
+def _picked(context: StudyRun, runs: list[Run]) -> tuple[list[Run], dict[str, dict]]:
+    """Trains the candidates of the study's Pick for `runs` (where the context packs and the field is packable, a
+    run's candidates in one program); returns the runs with the field set to the value chosen on validation (a run
+    none of whose candidates finished left out) and each run's pick_record."""
+    study, pick = context.study, context.study.pick
+    candidates = {run.name: pick_candidates(pick, run) for run in runs}
+    workdirs = {candidate.name: [context.workdir(candidate, 0)]
                 for choices in candidates.values() for candidate in choices}
-    group = study_name(task, preset)
-    if pack and study.pick.field in packed.PACKABLE:
-        jobs = [(f"{run.name} {study.pick.field} pick (packed)",
-                 packed_command(study, Run(run.name, {**run.overrides, **study.pick.overrides}),
-                                [(workdirs[choice.name][0], {"seed": 0, study.pick.field: value})
-                                 for choice, value in zip(candidates[run.name], study.pick.values)], group, extra),
+    if context.pack and pick.field in packed.PACKABLE:
+        jobs = [(f"{run.name} {pick.field} pick (packed)",
+                 packed_command(study, Run(run.name, {**run.overrides, **pick.overrides}),
+                                [(workdirs[choice.name][0], {"seed": 0, pick.field: value})
+                                 for choice, value in zip(candidates[run.name], pick.values)], context.group,
+                                context.extra),
                  workdirs[candidates[run.name][0].name][0]) for run in runs]
     else:
-        jobs = _jobs(study, [c for choices in candidates.values() for c in choices], range(1), workdirs, group, extra)
+        jobs = _jobs(context, [c for choices in candidates.values() for c in choices], range(1), workdirs)
     # A candidate that fails (a rate that diverges) is an outcome of the pick, not a failure of the study.
-    run_jobs(jobs, workers)
+    run_jobs(jobs, context.workers)
     picks = {name: record for name, choices in candidates.items()
-             if (record := pick_record(tasks.get(task).METRICS[0], study.pick,
+             if (record := pick_record(tasks.get(context.task).METRICS[0], pick,
                                        [workdirs[choice.name][0] for choice in choices]))}
-    return [Run(run.name, {**run.overrides, study.pick.field: picks[run.name]["chosen"]})
+    return [Run(run.name, {**run.overrides, pick.field: picks[run.name]["chosen"]})
             for run in runs if run.name in picks], picks
 
 
-def _report(task: str, preset: str, command: str, workdirs: dict[str, list[str]], picks: dict[str, dict],
-            out_dir: str, study: Study, runs_dir: str) -> None:
+def _report(context: StudyRun, workdirs: dict[str, list[str]], picks: dict[str, dict]) -> None:
     """Records the runs of `workdirs` that finished with what earlier parts recorded, and reports them all."""
-    if records := recorded_runs(workdirs, picks, out_dir, study, task, preset):
-        _attention_figure(task, preset, records, runs_dir, out_dir)
-        _write_report(task, preset, command, records, out_dir)
+    task, preset = context.task, context.preset
+    if records := recorded_runs(workdirs, picks, context.out_dir, context.study, task, preset):
+        _attention_figure(task, preset, records, context.runs_dir, context.out_dir)
+        _write_report(task, preset, context.command, records, context.out_dir)
 
 
 def run_study(task: str, preset: str, options, extra: list[str], command: str) -> None:
@@ -340,22 +362,20 @@ def run_study(task: str, preset: str, options, extra: list[str], command: str) -
         raise StudyError(str(error)) from None
     seeds = range(options.seeds or study.seeds)
     # Absolute: train.py runs in the repository root, while relative flags mean the caller's directory.
-    runs_dir = os.path.abspath(options.runs_dir)
-    out_dir = report_dir(options.reports_dir, task, preset)
-    if os.path.exists(runs_json := os.path.join(out_dir, RUNS_JSON)):
+    context = StudyRun(task, preset, study, os.path.abspath(options.runs_dir),
+                       report_dir(options.reports_dir, task, preset), extra, command, options.jobs,
+                       _packs(options.pack, task, study, runs))
+    if os.path.exists(runs_json := os.path.join(context.out_dir, RUNS_JSON)):
         read_study_file(runs_json, task, preset)  # named before hours of training, not after
-    pack = _packs(options.pack, task, study, runs)
     try:  # a workdir's config.json or eval.json that does not read names itself
-        chosen, picks = (_picked(task, preset, study, runs, runs_dir, extra, options.jobs, pack) if study.pick
-                         else (runs, {}))
-        workdirs = {run.name: [run_workdir(runs_dir, task, preset, run, seed) for seed in seeds] for run in chosen}
+        chosen, picks = _picked(context, runs) if study.pick else (runs, {})
+        workdirs = {run.name: [context.workdir(run, seed) for seed in seeds] for run in chosen}
         try:
-            failed = run_jobs(_jobs(study, chosen, seeds, workdirs, study_name(task, preset), extra, pack),
-                              options.jobs)
+            failed = run_jobs(_jobs(context, chosen, seeds, workdirs), options.jobs)
         except SystemExit:  # stopped (SIGTERM, SIGINT: a time limit, say): the runs that finished are reported
-            _report(task, preset, command, workdirs, picks, out_dir, study, runs_dir)
+            _report(context, workdirs, picks)
             raise
-        _report(task, preset, command, workdirs, picks, out_dir, study, runs_dir)
+        _report(context, workdirs, picks)
     except WorkdirError as error:
         raise StudyError(str(error)) from None
     failed += [f"{run.name} (every candidate of the pick)" for run in runs if study.pick and run.name not in picks]
