@@ -39,6 +39,11 @@ def parse_kinds(text: str) -> list[str]:
         raise SystemExit(f"--kinds: unknown {unknown or '(empty)'}; known: {', '.join(known)}, {REFERENCE}")
     if len(set(kinds)) != len(kinds):
         raise SystemExit(f"--kinds: {text!r} names a kind twice")
+    if reading := [kind for kind in kinds if kind != REFERENCE
+                   and getattr(attention.registry.get(kind_of(kind)), "reads_inputs", False)]:
+        raise SystemExit(f"--kinds: {', '.join(reading)} read the layer's input x beside q, k and v, which this "
+                         f"benchmark does not build; time them in a model: python -m scripts.bench_train "
+                         f"--configs=configs/mlm.py --overrides=attention.name={reading[0]}")
     return kinds
 
 

@@ -152,6 +152,9 @@ def test_list_arguments_are_checked_and_a_timing_lasts_about_timing_seconds():
 def test_unknown_kind_is_refused_before_compiling():
     with pytest.raises(SystemExit, match="unknown.*'nope'.*reference"):
         attention.parse_kinds("softmax,nope")
+    with pytest.raises(SystemExit, match="gla read the layer's input x .* python -m scripts.bench_train"):
+        attention.parse_kinds("softmax,gla,reference")
+    assert attention.parse_kinds("softmax,linear:autodiff,reference") == ["softmax", "linear:autodiff", "reference"]
 
 
 def test_bench_chunks_times_every_chunk_size_against_softmax(tmp_path):
