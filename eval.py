@@ -6,8 +6,6 @@ and plots there.
 Without --config, the config is the workdir's config.json (configs/workdir.py). A config that differs
 from it beyond the fields an evaluation may change (eval.*, wandb.*, the schedule, sharding) is refused.
 """
-import os
-
 from absl import flags, logging
 from ml_collections import config_flags
 
@@ -23,12 +21,9 @@ def main(argv):
     del argv
     logging.set_verbosity(logging.WARNING)  # Orbax and TFDS log every file operation at INFO
     validate.validate(_CONFIG.value)  # here, before the evaluation machinery is imported (seconds)
-    from training import evaluation, loop  # Orbax, SciPy, Matplotlib: imported once the config is checked
+    from training import loop  # Orbax, SciPy, Matplotlib: imported once the config is checked
 
-    result = loop.evaluate(_CONFIG.value, _WORKDIR.value)
-    written = os.path.join(loop.evaluation_dir(_WORKDIR.value, result["step"]), evaluation.EVAL_FILE)
-    print(f"evaluated the checkpoint at step {result['step']} on the {result['split']} split: "
-          f"{loop.test_summary(result)}; written to {written}", flush=True)
+    loop.evaluate(_CONFIG.value, _WORKDIR.value)  # its last line: the step, the metrics, the file it wrote
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ file and what to do (runtime/cli.py prints it as `error: ...`, status 2)."""
 import contextlib
 import errno
 import os
+import re
 import tempfile
 
 from runtime.workdirs import WorkdirError
@@ -12,6 +13,7 @@ from runtime.workdirs import WorkdirError
 # What a full or read-only disk raises (EFBIG: the file-size limit, ulimit -f; EDQUOT: a quota).
 DISK_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EROFS, errno.EDQUOT)
 _DISK_WORDS = ("No space left on device", "File too large", "Read-only file system", "Disk quota exceeded")
+_OBJECT = re.compile(r"<(bound method|built-in method|function|[\w.]+ object at 0x)")  # a repr in a message
 
 
 class DiskError(WorkdirError):
@@ -107,9 +109,19 @@ def disk_cause(error: BaseException) -> tuple[str | None, str] | None:
 
 def first_line(error: BaseException) -> str:
     """`Type: the first line of its message`: TensorStore's and W&B's messages run to several long lines,
-    and the first says what failed."""
+    and the first says what failed. Where that line quotes a Python object (Orbax's read error quotes a
+    TensorStore method, `<bound method pybind11_...`), the first of its causes whose line quotes none says
+    it in words; without one, the line is cut before the object."""
+    for cause in causes(error):
+        if not _OBJECT.search(line := _first(cause)):
+            return f"{type(cause).__name__}: {line[:200]}"
+    line = _first(error)
+    return f"{type(error).__name__}: {line[:_OBJECT.search(line).start()].rstrip(' :.')[:200]}"
+
+
+def _first(error: BaseException) -> str:
     lines = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0][:200] if lines else ''}"
+    return lines[0] if lines else ""
 
 
 def causes(error: BaseException | None):

@@ -9,7 +9,8 @@ at the next save or at close(), as one CheckpointError (DiskError for the disk),
 in order. What Orbax's threads print about it meanwhile (their log records, asyncio's unretrieved futures,
 TensorStore callbacks into the event loop Orbax already closed) repeats that error in tracebacks, and is
 left out (_quiet_orbax_threads); so are the warnings, at exit, of the write coroutines the failed save
-abandoned (_quiet_abandoned_writes).
+abandoned (_quiet_abandoned_writes). A restore that fails is one warning line (restore_latest): the reads
+Orbax abandoned then, whose tracebacks would repeat it, are left out too.
 """
 import contextlib
 import errno
@@ -67,7 +68,10 @@ def _quiet_orbax_threads() -> None:
     def unraisable(report):
         # TensorStore completes the writes still in flight after Orbax closed their event loop on the first
         # failure; their callbacks can no longer reach it. Nothing else here runs a loop from another thread.
-        if not (isinstance(report.exc_value, RuntimeError) and str(report.exc_value) == _LOOP_CLOSED):
+        if isinstance(report.exc_value, RuntimeError) and str(report.exc_value) == _LOOP_CLOSED:
+            return
+        # The reads a failed restore abandoned raise as Python closes them, whenever collected: process-wide.
+        if not _from_orbax(report.exc_traceback):
             previous_hook(report)
 
     unraisable.quiets_orbax = True

@@ -3,10 +3,12 @@ metrics.jsonl byte-identical, a cut metrics line is repaired, a second process i
 of the first, a run is never shortened, and paths that cannot be workdirs end in one line."""
 import errno
 import os
+import re
 import shutil
 import stat
 import subprocess
 import sys
+import threading
 import warnings
 
 import pytest
@@ -80,6 +82,43 @@ def test_a_full_disk_during_a_restart_leaves_config_and_metrics_byte_identical(f
     assert "are as they were" in lines[0] and "rerun the same command" in lines[0]
     assert _contents(copy, CONFIG_FILE, METRICS_FILE) == before
     assert not [name for name in os.listdir(copy) if name.endswith(".tmp")]
+
+
+def test_a_restart_the_file_size_limit_stops_ends_in_one_line_with_nothing_of_tensorboardx(finished, copy):
+    """`ulimit -f 1` on a run extended: config.json's rewrite fails, while tensorboardX's thread is writing the
+    event file and its close at exit flushes it; neither may add a traceback to the one line."""
+    flags = [*_train_flags(finished[0], copy), "--config.num_train_steps=9",
+             "--config.resume_with_changes=num_train_steps"]
+    env = {**os.environ, "WANDB_MODE": "disabled", "JAX_PLATFORMS": "cpu"}
+    env.pop("ATTENTION_LAB_DEBUG", None)
+    process = subprocess.run([sys.executable, "-c", SMALL_DISK_TRAIN.replace("(256,", "(1024,"), *flags], cwd=ROOT,
+                             env=env, capture_output=True, text=True, timeout=300)
+    assert process.returncode == 2, process.stdout + process.stderr
+    lines = process.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {os.path.join(copy, CONFIG_FILE)}: File too large"), \
+        process.stderr
+    assert "Traceback" not in process.stdout + process.stderr, process.stdout
+
+
+@pytest.mark.parametrize("fails", ["write", "flush"])
+def test_an_event_file_the_disk_refuses_is_the_one_line_naming_it(finished, tmp_path, monkeypatch, capfd, fails):
+    """tensorboardX writes the event file in its own thread, and flushes it there and in this one: the first
+    failure is raised here, at the next flush or at close, as the error of the workdir's other files."""
+    from tensorboardX import record_writer
+
+    monkeypatch.setattr(threading, "excepthook", threading.__excepthook__)  # Python's, which prints; not pytest's
+    writer = MetricsWriter(str(tmp_path), finished[0], resume_step=0)
+    def full_disk(*args):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(record_writer.RecordWriter, fails, full_disk)
+    with pytest.raises(atomic.DiskError) as refused:
+        writer.write(1, "train", 0.0, {"loss": 1.0})
+        writer.close()  # where the thread had not written the line's events yet
+    assert re.fullmatch(rf"{re.escape(str(tmp_path))}/events\.out\.tfevents\.[^/]+: No space left on device; the "
+                        rf"files already in {re.escape(str(tmp_path))} are as they were\..*", str(refused.value))
+    writer.events.close()  # what tensorboardX's atexit does: quiet, the error above said it
+    captured = capfd.readouterr()
+    assert "Traceback" not in captured.out + captured.err, captured.err
 
 
 def test_a_failed_metrics_rewrite_leaves_the_file_intact(finished, copy, monkeypatch):

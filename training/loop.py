@@ -361,8 +361,9 @@ def finish_run(run: TrainingRun, state, writer: MetricsWriter, total: int, elaps
 
 def evaluate(config, workdir: str) -> dict:
     """Restores the latest checkpoint of `workdir` and evaluates it (what eval.py runs) with `config`,
-    which may differ from the config the workdir trained only in what workdirs.CHANGEABLE allows. A workdir
-    that another process trains (or evaluates) is refused: its checkpoints are being rotated."""
+    which may differ from the config the workdir trained only in what workdirs.CHANGEABLE allows; prints the
+    step, the test metrics and the eval.json it wrote. A workdir that another process trains (or evaluates) is
+    refused: its checkpoints are being rotated."""
     validate.validate(config)
     workdirs.check_eval_config(config, workdir)
     directory = os.path.join(workdir, workdirs.CHECKPOINTS_DIR)
@@ -416,9 +417,14 @@ def restore_latest_model(task, config, workdir: str):
 def _evaluate_latest(config, workdir: str) -> dict:
     task = tasks.get(config.task)
     step, model, data = restore_latest_model(task, config, workdir)
+    directory = _prepared_evaluation_dir(workdir, step)
     try:
-        return evaluation.evaluate_and_write(task, config, _prepared_evaluation_dir(workdir, step), model, data, step)
+        result = evaluation.evaluate_and_write(task, config, directory, model, data, step)
     except KeyboardInterrupt:
         print(f"interrupted while evaluating the checkpoint at step {step}: eval.json is as it was; rerun "
               f"eval.py to evaluate it", flush=True)
         raise SystemExit(interrupts.INTERRUPTED_STATUS) from None
+    # The directory it went to, not one worked out again afterwards from the eval.json beside it.
+    print(f"evaluated the checkpoint at step {step} on the {result['split']} split: {test_summary(result)}; "
+          f"written to {os.path.join(directory, evaluation.EVAL_FILE)}", flush=True)
+    return result

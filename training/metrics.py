@@ -9,6 +9,7 @@ import textwrap
 import urllib.parse
 
 import tensorboardX
+from tensorboardX.proto.event_pb2 import Event, SessionLog
 
 from analysis import shape
 from runtime import atomic, devices, workdirs
@@ -212,6 +213,53 @@ def _spectra_charts(workdir: str) -> dict:
     return charts
 
 
+class _EventFile:
+    """tensorboardX's writer of one event file, called from its own thread as well as from this one, guarded
+    as the workdir's other writes are: the first OSError (a full disk, a file-size limit) is kept rather than
+    raised, and the writes after it dropped. Raised in that thread, it would end the thread in a traceback
+    (add_* would then wait forever on its full queue), and tensorboardX's close at exit would print another;
+    MetricsWriter raises it in the main thread instead, as the one-line error."""
+
+    def __init__(self, records):
+        self.records, self.path, self.failure = records, records.path, None
+
+    @classmethod
+    def guard(cls, events: tensorboardX.SummaryWriter, purge_step: int) -> "_EventFile":
+        """Puts the guard in front of `events`' file, then writes the events of SummaryWriter's purge_step
+        (TensorBoard hides the earlier files' steps from it on): the writer is made without it, so that its
+        thread has nothing to write before the guard is there."""
+        writer = events.file_writer.event_writer._ev_writer  # private: requirements.txt pins tensorboardX
+        with writer._lock:
+            guarded = writer._py_recordio_writer = cls(writer._py_recordio_writer)
+        for event in (Event(step=purge_step, file_version="brain.Event:2"),
+                      Event(step=purge_step, session_log=SessionLog(status=SessionLog.START))):
+            events.file_writer.add_event(event)
+        return guarded
+
+    def _kept(self, operation, *args) -> None:
+        if self.failure is None:
+            try:
+                operation(*args)
+            except OSError as error:
+                self.failure = error
+
+    def write(self, data: bytes) -> None:
+        self._kept(self.records.write, data)
+
+    def flush(self) -> None:
+        self._kept(self.records.flush)
+
+    def close(self) -> None:
+        try:  # the file closes even where its last flush fails: none is left for the exit to flush again
+            self.records.close()
+        except OSError as error:
+            self.failure = self.failure or error
+
+    def raise_failure(self) -> None:
+        if self.failure is not None:
+            raise atomic.user_error(self.path, self.failure) from self.failure
+
+
 class MetricsWriter:
     """Appends `{"step", "split", "elapsed_s", ...}` lines; on resume, first drops lines written after
     the restored step, so the file reads as if the run had never been interrupted. Every metric also goes
@@ -231,8 +279,11 @@ class MetricsWriter:
         # A new event file per start; TensorBoard hides what earlier files hold from purge_step on, as
         # the rewrite above drops those lines. The suffix keeps two starts within a second (the file's name is
         # the second it opened) from overwriting one another.
-        self.events = tensorboardX.SummaryWriter(workdir, purge_step=resume_step + 1,
-                                                 filename_suffix=f".{secrets.token_hex(4)}")
+        try:
+            self.events = tensorboardX.SummaryWriter(workdir, filename_suffix=f".{secrets.token_hex(4)}")
+        except OSError as error:  # the file cannot be made: a read-only disk, no inode left
+            raise atomic.user_error(error.filename or workdir, error) from error
+        self._event_file = _EventFile.guard(self.events, purge_step=resume_step + 1)
         self._session_end = self._log_config(config, resume_step, headline)  # written once evaluated
 
     def _log_config(self, config, step: int, headline: str):
@@ -293,6 +344,7 @@ class MetricsWriter:
         for tag, value in scalars.items():
             self.events.add_scalar(tag, value, step)
         self.events.flush()  # every log_every_steps at most: a killed run's events reach its last line
+        self._event_file.raise_failure()
         if self.run is not None:
             self.run.log(scalars, step=step)
 
@@ -330,11 +382,11 @@ class MetricsWriter:
 
     def close(self) -> None:
         self.events.close()
-        if self.run is None:
-            return
-        try:
-            self.run.finish()
-        except Exception as error:  # noqa: BLE001 - the run's results are in the workdir whatever W&B says
-            print(f"warning: W&B did not finish its run ({atomic.first_line(error)}); the training and its files in "
-                  f"the workdir are complete; `wandb sync` uploads the run's directory in wandb/", flush=True)
+        if self.run is not None:
+            try:
+                self.run.finish()
+            except Exception as error:  # noqa: BLE001 - the run's results are in the workdir whatever W&B says
+                print(f"warning: W&B did not finish its run ({atomic.first_line(error)}); the training and its files "
+                      f"in the workdir are complete; `wandb sync` uploads the run's directory in wandb/", flush=True)
+        self._event_file.raise_failure()  # after W&B's finish, which the run's other files do not wait on
 
