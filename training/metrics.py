@@ -1,7 +1,6 @@
 """Metrics to `metrics.jsonl` (the file contract of docs/design.md), to TensorBoard event files in the
 workdir and to Weights & Biases."""
 import json
-import netrc
 import os
 import secrets
 import socket
@@ -71,22 +70,22 @@ def check_wandb(config, workdir: str) -> None:
     if mode != "online":
         return
     server = os.environ.get("WANDB_BASE_URL") or DEFAULT_SERVER
-    if not _has_api_key(server):
+    if not _has_api_key():
         raise WandbError(f"WANDB_MODE=online, but W&B has no API key: run `wandb login` (or set WANDB_API_KEY), "
                          f"{OFFLINE}")
     _check_server(server)
 
 
-def _has_api_key(server: str) -> bool:
-    """Whether W&B finds credentials where it looks first: the environment, or the netrc entry of the server
-    that `wandb login` writes. Read here: wandb.login() itself starts W&B's service, and can wait on it."""
+def _has_api_key() -> bool:
+    """Whether W&B finds credentials: its environment variables, else W&B's own lookup (wandb.login without a
+    prompt or a server check: its settings files, then the netrc entry `wandb login` writes). That lookup answers
+    at once where it finds none; where it finds one it starts W&B's service (seconds), which the run's wandb.init
+    then uses."""
     if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
         return True
-    try:
-        entries = netrc.netrc(os.environ.get("NETRC") or os.path.expanduser("~/.netrc"))
-    except (OSError, netrc.NetrcParseError):
-        return False
-    return entries.authenticators(urllib.parse.urlsplit(server).hostname or "") is not None
+    import wandb  # imported only when used, as above
+
+    return bool(wandb.login(prompt=False, verify=False))
 
 
 def _check_server(url: str) -> None:
