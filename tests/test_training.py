@@ -351,16 +351,21 @@ def test_steps_per_second_leave_out_evaluation_and_checkpoint_time():
     assert progress.update(20)[0] == 2.5
 
 
-def test_the_eta_is_at_the_pace_after_the_first_step_whose_call_compiles():
+def test_the_eta_is_at_the_pace_after_the_first_step_whose_call_compiles_and_counts_the_evaluations():
     now = [0.0]
-    progress = loop.Progress(step=50, total=150, clock=lambda: now[0])  # a run resumed at step 50
+    progress = loop.Progress(step=50, total=150, eval_every=50, clock=lambda: now[0])  # a run resumed at step 50
     now[0] += 30.0  # step 51: compilation
     progress.first_step_done(51)
     assert progress.update(51) == (pytest.approx(1 / 30), "-")  # no pace known yet
     now[0] += 9.0  # steps 52 to 60, a second each
-    with progress.paused():
-        now[0] += 50.0  # an evaluation
-    assert progress.update(60) == (pytest.approx(1.0), "1m30s")  # 90 steps to go at that pace
+    assert progress.update(60) == (pytest.approx(1.0), "1m30s + evaluation")  # 90 steps; no evaluation timed yet
+    now[0] += 40.0  # steps 61 to 100, logged before their evaluation
+    assert progress.update(100) == (pytest.approx(1.0), "0m50s + evaluation")
+    with progress.paused(evaluation=True):
+        now[0] += 20.0  # the evaluation at step 100
+    now[0] += 10.0  # steps 101 to 110
+    # 40 steps at that pace, then the evaluation at step 150 and the final one, 20 s each as the one timed
+    assert progress.update(110) == (pytest.approx(1.0), "1m20s")
 
 
 def test_training_stops_at_the_first_validation_that_reaches_the_early_stop(tiny_config, tmp_path, capsys):

@@ -31,13 +31,16 @@ def _format_duration(seconds: float) -> str:
 
 
 class Progress:
-    """Steps/s over the last logging window, and the ETA of the run at its steady pace: over the steps after
-    the first of this process, whose call compiled the train step. Both count training time only: what
-    runs inside `paused()` (evaluation, checkpointing) is left out."""
+    """Steps/s over the last logging window, and the ETA of the run: its training at the steady pace (over the
+    steps after the first of this process, whose call compiled the train step) and its evaluations still to come,
+    every `eval_every` steps and the final one, each at the mean time of the evaluations so far (the final one
+    does more: a lower bound). Steps/s counts training time only: what runs inside `paused()` (evaluation,
+    checkpointing) is left out."""
 
-    def __init__(self, step: int, total: int, clock=time.time):
-        self.total, self.clock = total, clock
+    def __init__(self, step: int, total: int, eval_every: int = 0, clock=time.time):
+        self.total, self.eval_every, self.clock = total, eval_every, clock
         self.paused_s = 0.0  # every pause so far
+        self.evaluations_s = []  # each evaluation's pause so far
         self.window_start, self.steady_start = self._mark(step), None
 
     def _mark(self, step: int) -> tuple[int, float, float]:
@@ -49,12 +52,23 @@ class Progress:
         return (step - since_step) / max(self.clock() - since_time - (self.paused_s - since_paused), 1e-9)
 
     @contextlib.contextmanager
-    def paused(self):
+    def paused(self, evaluation: bool = False):
+        """Time left out of steps/s; an `evaluation`'s also measures the evaluations to come."""
         start = self.clock()
         try:
             yield
         finally:
             self.paused_s += self.clock() - start
+            if evaluation:
+                self.evaluations_s.append(self.clock() - start)
+
+    def _evaluations_left(self, step: int) -> int:
+        """The periodic evaluations from `step` on (the step's own comes after its log line; one at the last step,
+        as `due` has it) and the final one."""
+        if not self.eval_every:
+            return 1
+        every = self.eval_every
+        return self.total // every - (step - 1) // every + (self.total % every != 0) + 1
 
     def first_step_done(self, step: int) -> None:
         self.steady_start = self._mark(step)
@@ -65,7 +79,11 @@ class Progress:
         self.window_start = self._mark(step)
         if self.steady_start is None or step == self.steady_start[0]:
             return steps_per_sec, "-"
-        return steps_per_sec, _format_duration((self.total - step) / max(self._pace(self.steady_start, step), 1e-9))
+        training = (self.total - step) / max(self._pace(self.steady_start, step), 1e-9)
+        if not self.evaluations_s:  # no evaluation timed yet: what they will take is not known
+            return steps_per_sec, f"{_format_duration(training)} + evaluation"
+        evaluations = self._evaluations_left(step) * sum(self.evaluations_s) / len(self.evaluations_s)
+        return steps_per_sec, _format_duration(training + evaluations)
 
 
 class Window:
@@ -301,7 +319,8 @@ def _train_steps(run: TrainingRun, start: Start, checkpoints: Checkpoints, write
     batch_size = sharding.global_batch_size(config.per_device_batch_size)
     started, total = time.time(), config.num_train_steps
     elapsed = lambda: start.metadata["elapsed_s"] + time.time() - started  # noqa: E731
-    progress = Progress(start.step, total)
+    validated = run.data.validation is not None
+    progress = Progress(start.step, total, config.eval_every_steps if validated else 0)
     window = Window(start.metadata.get("window", []))  # the steps of the logging window the checkpoint cut
     trace = profiling.StepTrace(config, run.workdir)
     steps = range(start.step, total)
@@ -316,9 +335,9 @@ def _train_steps(run: TrainingRun, start: Start, checkpoints: Checkpoints, write
                 progress.first_step_done(done)
             if due(done, config.log_every_steps, total):
                 log_train_window(run, writer, window.take(), progress.update(done), done, elapsed())
-            with progress.paused():
+            validates = validated and due(done, config.eval_every_steps, total)
+            with progress.paused(evaluation=validates):
                 trace.after_step(done, state)
-                validates = run.data.validation is not None and due(done, config.eval_every_steps, total)
                 stops_early = validates and metrics.reaches_stop(
                     config, _evaluate_validation(run, writer, eval_step, state, done, elapsed()))
                 if stops_early and window.steps:

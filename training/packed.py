@@ -162,7 +162,8 @@ def _train_steps(pack: _Pack, starts: list):
     rates = jnp.asarray([run.config.learning_rate for run in pack.runs], jnp.float32)
     start_step, started = starts[0].step, time.time()
     elapsed = lambda index: starts[index].metadata["elapsed_s"] + time.time() - started  # noqa: E731
-    progress = loop.Progress(start_step, total)
+    validated = first.data.validation is not None
+    progress = loop.Progress(start_step, total, config.eval_every_steps if validated else 0)
     windows = [loop.Window(start.metadata.get("window", [])) for start in starts]
     stacked_window = []  # the steps' stacked metrics since the last log, device values
     steps = range(start_step, total)
@@ -177,8 +178,9 @@ def _train_steps(pack: _Pack, starts: list):
             if loop.due(done, config.log_every_steps, total):
                 _log(pack, windows, jax.device_get(stacked_window), progress, done, elapsed)
                 stacked_window = []
-            with progress.paused():
-                if first.data.validation is not None and loop.due(done, config.eval_every_steps, total):
+            validates = validated and loop.due(done, config.eval_every_steps, total)
+            with progress.paused(evaluation=validates):
+                if validates:
                     _validate(pack, eval_step, state, done, elapsed)
                 if loop.due(done, config.checkpoint_every_steps, total) or stop.signum:
                     _save(pack, windows, stacked_window, state, done, elapsed)
