@@ -166,16 +166,18 @@ def test_gated_deltanet_starts_at_mamba2s_decays_spread_over_heads():
     assert input_gated.A_RANGE == (1.0, 16.0) and input_gated.DT_RANGE == (1e-3, 1e-1)
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_trains_in_the_encoder_and_decoder_and_is_refused_across(kind, tiny_config, tmp_path):
-    """Refused in cross-attention (it reads one sequence's input); two steps of the loop's train step in the
-    encoder's and decoder's self-attention, every parameter (the kind's gates included) updated."""
+def test_each_is_refused_across_and_all_train_in_the_encoder_and_decoder(tiny_config, tmp_path):
+    """Each refused in cross-attention (it reads one sequence's input); then the three, one a layer
+    (model.layer_kinds) of the encoder's and the decoder's self-attention, two steps of the loop's train step with
+    every parameter (their gates included) updated: one compilation for the three."""
     config = tiny_config()
-    config.attention.name = kind
-    with pytest.raises(validate.ConfigError, match=f"^config.attention.name='{kind}': the cross role attends "
-                                                   f"across two sequences, .+; give attention.cross another kind$"):
-        validate.validate(config)
-    config.attention.cross = "softmax"
+    for kind in KINDS:
+        config.attention.name = kind
+        with pytest.raises(validate.ConfigError, match=f"^config.attention.name='{kind}': the cross role attends "
+                                                       f"across two sequences, .+; give attention.cross another kind$"):
+            validate.validate(config)
+    config.attention.name, config.attention.cross = "softmax", "softmax"
+    config.model.num_layers, config.model.layer_kinds = len(KINDS), ",".join(KINDS)
     validate.validate(config)
     data = translation.prepare_data(config, str(tmp_path))
     optimizer = optax.chain(optax.scale_by_sign(), optax.scale(-config.learning_rate))  # as tests/kind_harness.py
