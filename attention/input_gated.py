@@ -48,7 +48,7 @@ class InputGatedAttention(nnx.Module):
 
     def __call__(self, q, k, v, mask=None, *, causal=False, inputs):
         key_mask = masks.key_padding(mask, k.shape[0], k.shape[1])
-        return self._output(self._core(q, k, v, inputs, key_mask, causal), inputs).astype(v.dtype)
+        return self.output_norm(self._core(q, k, v, inputs, key_mask, causal), inputs).astype(v.dtype)
 
     def state_size(self, key_dim: int, value_dim: int, seq_len: int, causal: bool) -> int:
         """d x Dv numbers per head, the state S, at any length."""
@@ -61,10 +61,7 @@ class InputGatedAttention(nnx.Module):
 
     def decode_step(self, q, k, v, cache, index, max_len: int, key_valid, *, inputs):
         out, state = self._step(cache["state"], q, k, v, inputs, key_valid[:, None])
-        return self._output(out, inputs).astype(q.dtype), {"state": state}
-
-    def _output(self, out, inputs):
-        return self.output_norm(out, inputs)
+        return self.output_norm(out, inputs).astype(q.dtype), {"state": state}
 
 
 class OutputNorm(nnx.Module):
