@@ -34,6 +34,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.dataset.text_key = "text"  # tfds: the feature holding the text
     config.dataset.train_file = ""  # text_files: one document per line (blank lines skipped)
     config.dataset.test_file = ""  # text_files: also serves as the validation split
+    # Where the training batches are built: "host" (numpy, a prefetching thread: every committed study's stream) or
+    # "device" (inside a jitted program from the rows held on the device, data/device_stream.py: no host work per
+    # step; another stream of random numbers, so its runs do not pair by seed with the host's).
+    config.dataset.stream = "host"
     config.dataset.data_dir = "datasets"  # TFDS datasets and SentencePiece models; relative: to the repository
     config.dataset.seq_len = 128  # tokens per packed sequence
     config.dataset.vocab_size = 4_000  # SentencePiece vocabulary, trained on the training split

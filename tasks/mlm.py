@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from data import mlm, mlm_baselines, mlm_corpus, text_corpus, tokenizer
+from data import device_stream, mlm, mlm_baselines, mlm_corpus, text_corpus, tokenizer
 from models import MaskedLanguageModel
 from training import evaluation, model_config
 from training.config_checks import ConfigError, check_fields_read, check_file, check_int, choice
@@ -40,6 +40,7 @@ def check_config(config) -> None:
         for field in ("train_file", "test_file"):
             check_file(config, field)
     choice("dataset.tokenizer", dataset.tokenizer, tokenizer.MODEL_TYPES)
+    choice("dataset.stream", dataset.stream, STREAMS)
     for field, low in (("seq_len", 2), ("vocab_size", 8)):
         check_int(config, f"dataset.{field}", low)
     for field in ("mask_rate", "mask_token_rate", "random_token_rate"):
@@ -70,6 +71,17 @@ def create_model(config, data: mlm_corpus.MlmData) -> MaskedLanguageModel:
 
 def train_batch(config, data: mlm_corpus.MlmData, batch_size: int, step: int) -> dict:
     return mlm.batch_at_step(data.train, batch_size, config.seed, step, **data.masking)
+
+
+STREAMS = ("host", "device")  # config.dataset.stream
+
+
+def device_batches(config, data: mlm_corpus.MlmData, batch_size: int):
+    """The jitted step -> batch of the device stream (data/device_stream.py) where config.dataset.stream is
+    "device"; None for the host stream (train_batch)."""
+    if config.dataset.stream != "device":
+        return None
+    return device_stream.batch_function(data.train, batch_size, config.seed, **data.masking)
 
 
 def input_tokens(batch):

@@ -66,6 +66,9 @@ def check_packable(configs: list) -> None:
                               f"differ in {', '.join(PACKABLE)} alone: train the others apart")
     if jax.device_count() > 1:
         raise ConfigError(f"packed training runs on one device, not {jax.device_count()}: train the runs apart")
+    if configs[0].dataset.get("stream", "host") != "host":
+        raise ConfigError(f"config.dataset.stream={configs[0].dataset.stream!r}: packed runs build their batches on "
+                          f"the host; train device-stream runs apart")
     if configs[0].eval.stop_metric:
         raise ConfigError(f"config.eval.stop_metric={configs[0].eval.stop_metric!r}: packed runs do not stop early "
                           f"one by one; train runs that stop early apart")
