@@ -20,7 +20,7 @@ from models.mlm import MaskedLanguageModel
 from data.prefetch import prefetch
 from training import sharding, steps, validate
 
-BATCH_SOURCES = ("fixed", "host", "prefetch")
+BATCH_SOURCES = ("fixed", "host", "prefetch", "device")
 
 
 def parse_overrides(text: str) -> dict:
@@ -103,6 +103,12 @@ class Bench:
         batch_size = config.per_device_batch_size * jax.local_device_count()
         mesh = sharding.data_mesh()
         self.make_batch = lambda step: sharding.put_batch(task.train_batch(config, data, batch_size, step), mesh)
+        # The device stream's batches (config.dataset.stream=device), where the task has one.
+        device = config.copy_and_resolve_references()
+        if "stream" in device.dataset:
+            device.dataset.stream = "device"
+        self.device_batch = getattr(task, "device_batches", lambda *args: None)(
+            device, data, batch_size, sharding.batch_sharding(mesh, 2))
         self.next_step = 0  # of the batches made while timed: each timed step reads a new one
         self.batches = [task.train_batch(config, data, batch_size, step) for step in range(4)]
         self.tokens = float(np.mean([task.input_tokens(batch) for batch in self.batches]))
@@ -120,6 +126,10 @@ class Bench:
             batches = (self.batches[step % len(self.batches)] for step in steps)
         elif source == "host":
             batches = (self.make_batch(step) for step in steps)
+        elif source == "device":
+            if self.device_batch is None:
+                raise SystemExit(f"--batches=device: {self.spec}'s task has no device stream (MLM's has)")
+            batches = (self.device_batch(step) for step in steps)
         else:
             batches = prefetch(self.make_batch, steps)
         for batch in batches:

@@ -15,14 +15,13 @@ from data.tokenizer import MASK, NUM_SPECIAL, PAD
 _ROWS, _MASKING = 0, 7  # the two streams' tags under the seed's key
 
 
-def batch_rows(key, num_examples: int, batch_size: int, step):
-    """The rows of the batch at `step` [batch_size]: its slice of the permutation of its epoch, and of the next one
-    where it runs past the end (a batch spans at most two epochs: batch_size <= num_examples)."""
+def batch_rows(orders, num_examples: int, batch_size: int, step):
+    """The rows of the batch at `step` [batch_size]: its slice of the order of its epoch, and of the next epoch's
+    where it runs past the end (orders [2, N]: its epoch's and the next one's; batch_size <= num_examples)."""
     positions = step * batch_size + jnp.arange(batch_size)
-    first = positions[0] // num_examples
-    orders = [jax.random.permutation(jax.random.fold_in(key, first + later), num_examples) for later in (0, 1)]
     offsets = positions % num_examples
-    return jnp.where(positions // num_examples == first, orders[0][offsets], orders[1][offsets])
+    spills = positions // num_examples > (step * batch_size) // num_examples
+    return jnp.where(spills, orders[1][offsets], orders[0][offsets])
 
 
 def mask_tokens(tokens, key, *, vocab_size: int, max_predictions: int, mask_rate: float = 0.15,
@@ -50,17 +49,36 @@ def mask_tokens(tokens, key, *, vocab_size: int, max_predictions: int, mask_rate
             "weights": used.astype(jnp.float32)}
 
 
-def batch_function(rows: np.ndarray, batch_size: int, seed: int, **masking):
-    """A jitted step -> batch of the training `rows` [N, L], held on the device once: no host work per step."""
-    if batch_size > len(rows):
-        raise ValueError(f"a batch of {batch_size} rows is more than the {len(rows)} training rows")
-    table = jnp.asarray(rows, jnp.int32)
-    key = jax.random.key(seed)
+class DeviceBatches:
+    """step -> the training batch of that step, built on the device from the rows held there: each epoch's order
+    computed once (a permutation of every row), then per step a slice of it and the masking, one jitted program
+    placed by `placement` (None: the default device). No host work per step but the dispatch."""
 
-    @jax.jit
-    def at_step(step):
-        chosen = batch_rows(jax.random.fold_in(key, _ROWS), len(rows), batch_size, step)
-        masking_key = jax.random.fold_in(jax.random.fold_in(key, _MASKING), step)
-        return mask_tokens(table[chosen], masking_key, **masking)
+    def __init__(self, rows: np.ndarray, batch_size: int, seed: int, placement=None, **masking):
+        if batch_size > len(rows):
+            raise ValueError(f"a batch of {batch_size} rows is more than the {len(rows)} training rows")
+        self.num_examples, self.batch_size = len(rows), batch_size
+        key = jax.random.key(seed)
+        table = jnp.asarray(rows, jnp.int32)
+        rows_key, masking_key = jax.random.fold_in(key, _ROWS), jax.random.fold_in(key, _MASKING)
+        self._order = jax.jit(lambda epoch: jax.random.permutation(jax.random.fold_in(rows_key, epoch),
+                                                                   self.num_examples))
 
-    return at_step
+        def batch(this_epoch, next_epoch, step):
+            chosen = batch_rows((this_epoch, next_epoch), self.num_examples, batch_size, step)
+            return mask_tokens(table[chosen], jax.random.fold_in(masking_key, step), **masking)
+
+        self._batch = jax.jit(batch, out_shardings=placement)
+        self._orders = {}  # epoch -> its order: the last few
+
+    def _epoch_order(self, epoch: int):
+        if epoch not in self._orders:
+            self._orders = {kept: order for kept, order in self._orders.items() if kept >= epoch - 1}
+            self._orders[epoch] = self._order(epoch)
+        return self._orders[epoch]
+
+    def __call__(self, step: int):
+        epoch = step * self.batch_size // self.num_examples
+        spills = ((step + 1) * self.batch_size - 1) // self.num_examples > epoch
+        this_epoch = self._epoch_order(epoch)
+        return self._batch(this_epoch, self._epoch_order(epoch + 1) if spills else this_epoch, step)

@@ -76,12 +76,12 @@ def train_batch(config, data: mlm_corpus.MlmData, batch_size: int, step: int) ->
 STREAMS = ("host", "device")  # config.dataset.stream
 
 
-def device_batches(config, data: mlm_corpus.MlmData, batch_size: int):
-    """The jitted step -> batch of the device stream (data/device_stream.py) where config.dataset.stream is
-    "device"; None for the host stream (train_batch)."""
+def device_batches(config, data: mlm_corpus.MlmData, batch_size: int, placement):
+    """step -> batch of the device stream (data/device_stream.py), its arrays placed by `placement`, where
+    config.dataset.stream is "device"; None for the host stream (train_batch)."""
     if config.dataset.stream != "device":
         return None
-    return device_stream.batch_function(data.train, batch_size, config.seed, **data.masking)
+    return device_stream.DeviceBatches(data.train, batch_size, config.seed, placement, **data.masking)
 
 
 def input_tokens(batch):

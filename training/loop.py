@@ -325,7 +325,7 @@ def _train_steps(run: TrainingRun, start: Start, checkpoints: Checkpoints, write
     window = Window(start.metadata.get("window", []))  # the steps of the logging window the checkpoint cut
     trace = profiling.StepTrace(config, run.workdir)
     steps = range(start.step, total)
-    batches = _train_batches(run, batch_size, steps)
+    batches = train_batches(run, batch_size, steps)
     with interrupts.stop_requests() as stop, contextlib.closing(batches):
         for step, batch in zip(steps, batches):
             state, step_metrics = train_step(state, batch)
@@ -354,18 +354,18 @@ def _train_steps(run: TrainingRun, start: Start, checkpoints: Checkpoints, write
     return state, done if steps else start.step, elapsed()
 
 
-def _train_batches(run: TrainingRun, batch_size: int, steps: range):
+def train_batches(run: TrainingRun, batch_size: int, steps: range):
     """Each step's batch on the run's mesh: built on the device where the task has a device stream and the config
-    takes it (`device_batches`: dispatched, no host work), else on the host ahead of the step (prefetch)."""
+    takes it (`device_batches(config, data, batch_size, placement)`, its batches' arrays [rows, n] placed by
+    `placement`: dispatched, no host work), else on the host ahead of the step (prefetch)."""
     task, config = run.task, run.config
-    if (at_step := getattr(task, "device_batches", lambda *args: None)(config, run.data, batch_size)) is not None:
+    at_step = getattr(task, "device_batches", lambda *args: None)(config, run.data, batch_size,
+                                                                   sharding.batch_sharding(run.mesh, 2))
+    if at_step is not None:
         if jax.process_count() > 1:  # its rows sit on this process's devices alone
             raise ConfigError(f"config.dataset.stream={config.dataset.stream!r} builds the batches in one process, "
                               f"not {jax.process_count()}; take the host stream")
-        shapes = jax.eval_shape(at_step, 0)
-        placed = jax.jit(at_step, out_shardings={name: sharding.batch_sharding(run.mesh, len(shape.shape))
-                                                 for name, shape in shapes.items()})
-        return (placed(step) for step in steps)
+        return (at_step(step) for step in steps)
     return prefetch(lambda step: sharding.put_batch(task.train_batch(config, run.data, batch_size, step), run.mesh),
                     steps)
 
