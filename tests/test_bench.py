@@ -3,6 +3,7 @@
 budgets, dtype, implementation and masked modes; bench_train's config overrides. No speed is asserted: only that every measurement is
 present, positive, or skipped for the stated reason."""
 import json
+import pathlib
 
 import jax
 import pytest
@@ -253,3 +254,14 @@ def test_bench_rank_basis_gives_each_basis_its_time_and_error(tmp_path):
     assert errors[0] == pytest.approx(0, abs=1e-6) and errors[6] < errors[1]
     assert all(row["ms"] > 0 and row["x_softmax"] > 0 for row in result["rows"])
     assert "| 24 | 2 | exact (eigh) |" in (tmp_path / "rank_basis.md").read_text()
+
+
+def test_docs_device_stream_numbers_are_the_committed_benchmark():
+    """docs/benchmarks.md's device-stream paragraph, recomputed from reports/bench/stream/train.json."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    docs = " ".join((root / "docs" / "benchmarks.md").read_text().split())
+    rows = json.loads((root / "reports/bench/stream/train.json").read_text())["configs"]
+    ms = {(row["config"], row["batches"]): row["ms_per_step"] for row in rows}
+    for config, name in (("configs/mlm.py", "default"), ("configs/mlm.py:standard", "standard")):
+        device, prefetch = ms[config, "device"], ms[config, "prefetch"]
+        assert f"{device / prefetch:.2f}x" in docs and f"{device:.1f} against {prefetch:.1f} ms" in docs, name
