@@ -17,7 +17,8 @@ under 15 s is skipped; benchmarks/probe.py):
                 B*H = 128, L = 1K..16K
   attention     python -m scripts.bench_attention: softmax in cuDNN's flash kernel against linear attention,
                 bfloat16, B*H = 128, L = 2K..32K: where linear starts to win
-  mlm_train     python -m scripts.bench_train: configs/mlm.py at L = 512 in bfloat16, steps/s, tokens/s, MFU
+  mlm_train     python -m scripts.bench_train: configs/mlm.py and configs/mlm.py:mfu at L = 512 in bfloat16, fixed,
+                prefetched and device-built batches, 5 rounds of 100 steps: steps/s, tokens/s, MFU from model FLOPs
   study         in the time left, `python -m scripts.compare` on --study (task:preset) in --study_dtype, the
                 runs --study_runs, --study_seeds seeds each: by default MLM rank_or_shape's arms at L = 512, 2
                 seeds, in bfloat16 (PROBE_STUDY= , empty, skips it); its report folder and its runs' workdirs
