@@ -376,6 +376,12 @@ _GATED_PUBLISHED_CONTRASTS = (
 )
 
 
+_GATED_PUBLISHED_VERDICT = """Written with the d' = 16 runs in (d' = 4 and 64 not yet run). (1) not decided: DeltaNet with beta from x
+recalled in 2 of 3 seeds, the key-gated one in 3. (2) and (3) were wrong: Gated DeltaNet and GLA as built stayed below
+elu + 1. (4) held for Gated DeltaNet (four heads within noise of one); DeltaNet's is not decided. (5) failed in one seed
+of three: without weight decay on its decays the key-gated Gated DeltaNet recalled in a seed where it had not."""
+
+
 def _with_heads(run: grids.Run, heads: int) -> grids.Run:
     """`run` with `heads` heads at the same d_model: named <kind>_d<d'>_h<heads>_N<N>."""
     kind_and_width, pairs = run.name.rsplit("_N", 1)
@@ -400,7 +406,7 @@ def _study_gated_published() -> grids.Study:
     trained, borrowed = _gated_published_runs((4, 16, 64), exempt_arm=True)
     return grids.Study("configs/recall.py:quick", {}, borrowed + trained, seeds=3, pick=_STATE_PICK,
                        notes=_GATED_PUBLISHED_NOTES, contrasts=_GATED_PUBLISHED_CONTRASTS,
-                       borrowed={run.name: "state" for run in borrowed})
+                       verdict=_GATED_PUBLISHED_VERDICT, borrowed={run.name: "state" for run in borrowed})
 
 
 _GATED_PUBLISHED_BIDIRECTIONAL_NOTES = """Predictions, written before any run: the causal preset's (1)-(4) in the encoder form
