@@ -27,6 +27,9 @@ from attention.registry import register
 # Mamba2's initialisation of the decay, spread over heads: A ~ U[1, 16], dt log-uniform in [1e-3, 1e-1].
 A_RANGE = (1.0, 16.0)
 DT_RANGE = (1e-3, 1e-1)
+OUTPUT_NORM = option_specs.Option(
+    "output_norm", True, "gla, deltanet, gated_deltanet: the RMS norm (and output gate) after the state, as fla builds "
+    "them; False: o_t as the state gives it, no norm or gate (an ablation)", choices=(True, False))
 
 
 class InputGatedAttention(nnx.Module):
@@ -35,20 +38,30 @@ class InputGatedAttention(nnx.Module):
     float32 output before the norm), `weights` and `_step(state, q, k, v, inputs, key_mask)` (one causal position:
     (output before the norm, state))."""
 
-    BASE_OPTIONS = (EPS, CHUNK_SIZE)
+    BASE_OPTIONS = (EPS, CHUNK_SIZE, OUTPUT_NORM)
     OWN_OPTIONS = ()
     reads_inputs = True
     incremental = True
     feature_dim_bounds_rank = False
     feature_dim: int
 
-    def __init__(self, *, eps: float = 1e-6, chunk_size: int = 64):
+    def __init__(self, *, eps: float = 1e-6, chunk_size: int = 64, output_norm: bool = True):
         self.eps = eps
         self.chunk_size = chunk_size
+        self.normalised = output_norm
+
+    def _norm(self, num_heads: int, d_model: int, gated: bool, rngs: nnx.Rngs):
+        """The OutputNorm, or None without one (no parameters that nothing would train)."""
+        if not self.normalised:
+            return None
+        return OutputNorm(num_heads=num_heads, d_model=d_model, eps=self.eps, gated=gated, rngs=rngs)
+
+    def _output(self, out, inputs):
+        return self.output_norm(out, inputs) if self.normalised else out
 
     def __call__(self, q, k, v, mask=None, *, causal=False, inputs):
         key_mask = masks.key_padding(mask, k.shape[0], k.shape[1])
-        return self.output_norm(self._core(q, k, v, inputs, key_mask, causal), inputs).astype(v.dtype)
+        return self._output(self._core(q, k, v, inputs, key_mask, causal), inputs).astype(v.dtype)
 
     def state_size(self, key_dim: int, value_dim: int, seq_len: int, causal: bool) -> int:
         """d x Dv numbers per head, the state S, at any length."""
@@ -61,7 +74,7 @@ class InputGatedAttention(nnx.Module):
 
     def decode_step(self, q, k, v, cache, index, max_len: int, key_valid, *, inputs):
         out, state = self._step(cache["state"], q, k, v, inputs, key_valid[:, None])
-        return self.output_norm(out, inputs).astype(q.dtype), {"state": state}
+        return self._output(out, inputs).astype(q.dtype), {"state": state}
 
 
 class OutputNorm(nnx.Module):
@@ -127,7 +140,7 @@ class GLAAttention(InputGatedAttention):
         self.gate_down = nnx.Linear(d_model, gate_low_rank_dim, use_bias=False, rngs=rngs)
         self.gate_up = nnx.Linear(gate_low_rank_dim, num_heads * head_dim, use_bias=False, rngs=rngs)
         self.gate_bias = key_gates.DecayParam(jnp.zeros((num_heads * head_dim,)))
-        self.output_norm = OutputNorm(num_heads=num_heads, d_model=d_model, eps=self.eps, gated=True, rngs=rngs)
+        self.output_norm = self._norm(num_heads, d_model, gated=True, rngs=rngs)
 
     def _log_gate(self, inputs, key_mask):
         """log g [B, L, H, d] float32, 0 at padded keys."""
@@ -173,8 +186,7 @@ class DeltaNetAttention(InputGatedAttention):
         super().__init__(**base_options)
         self.num_heads, self.feature_dim = num_heads, head_dim
         self.beta = nnx.Linear(d_model, num_heads, use_bias=False, rngs=rngs)
-        self.output_norm = OutputNorm(num_heads=num_heads, d_model=d_model, eps=self.eps, gated=self._gated,
-                                      rngs=rngs)
+        self.output_norm = self._norm(num_heads, d_model, gated=self._gated, rngs=rngs)
 
     def _unit(self, x):
         """x / sqrt(|x|^2 + eps) in float32."""

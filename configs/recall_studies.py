@@ -360,7 +360,11 @@ d' = 16 and 64 with its decay started at sigmoid(3), 99.06% from sigmoid(5) (gat
     runs (paired by seed, within 10 points): weight decay was not what kept Gated DeltaNet at chance; gate_init's start
     was. The decayed arm is the state study's published runs, not trained again.
 softmax and elu + 1 and the key-gated DeltaNet are borrowed from the state study (their training does not depend on
-the exemption: they have no decay parameters)."""
+the exemption: they have no decay parameters).
+(6), added after the d' = 16 runs (the published forms at or below the key-gated ones), before any run of it: the
+three published forms at d' = 16 without their output norm (attention.output_norm=False). If the norm is what holds
+them back, each recalls within 10 points of its key-gated twin trained here or borrowed (DeltaNet, GLA, Gated DeltaNet
+with its decays exempt); if not, they stay where they are."""
 _GATED_PUBLISHED_CONTRASTS = (
     grids.Contrast("(1) DeltaNet, beta from x, minus beta from the key, d' = 16 (near 0)",
                    {"deltanet_d16_N16": 1.0, "delta_d16_N16": -1.0}),
@@ -373,6 +377,12 @@ _GATED_PUBLISHED_CONTRASTS = (
                    {"gated_deltanet_d16_h4_N16": 1.0, "gated_deltanet_d16_N16": -1.0}),
     grids.Contrast("(4) DeltaNet, four heads minus one, d' = 16 (near 0)",
                    {"deltanet_d16_h4_N16": 1.0, "deltanet_d16_N16": -1.0}),
+    grids.Contrast("(6) DeltaNet without the output norm minus the key-gated DeltaNet, d' = 16 (near 0: the norm held "
+                   "it back)", {"deltanet_d16_nonorm_N16": 1.0, "delta_d16_N16": -1.0}),
+    grids.Contrast("(6) GLA without the output norm minus the key-gated GLA, d' = 16",
+                   {"gla_d16_nonorm_N16": 1.0, "gated_linear_d16_per_feature_exempt_N16": -1.0}),
+    grids.Contrast("(6) Gated DeltaNet without the output norm minus the key-gated one, d' = 16",
+                   {"gated_deltanet_d16_nonorm_N16": 1.0, "gated_delta_d16_exempt_N16": -1.0}),
 )
 
 
@@ -393,7 +403,9 @@ def _gated_published_runs(widths: tuple[int, ...], exempt_arm: bool) -> tuple[li
     borrowed = [_run("softmax", 16), *(_run(kind, 16, width) for kind in ("linear", "delta") for width in widths)]
     published = [_run(kind, 16, width) for kind in _PUBLISHED_GATED for width in widths]
     trained = [*published, *(_with_heads(run, 4) for run in published)]
-    if exempt_arm:  # the key-gated forms at decay_bias 3, their decays out of weight decay (today's default)
+    if exempt_arm:  # the key-gated forms at decay_bias 3, their decays out of weight decay (today's default), and (6)
+        trained += [grids.Run(f"{kind}_d16_nonorm_N16", {**_run(kind, 16, 16).overrides, "attention.output_norm": False})
+                    for kind in _PUBLISHED_GATED]
         trained += [grids.Run(f"{run.name[:-len('_N16')]}_exempt_N16", run.overrides)
                     for width in widths for run in (_run("gated_delta", 16, width),
                                                     _run("gated_linear", 16, width, gate="per_feature"))]
@@ -418,7 +430,8 @@ DeltaNet are borrowed from it."""
 def _study_gated_published_bidirectional() -> grids.Study:
     """The published gated forms in the encoder form (forward and backward scans), d' = 4 and 16, one head and four."""
     trained, borrowed = _gated_published_runs((4, 16), exempt_arm=False)
-    contrasts = tuple(contrast for contrast in _GATED_PUBLISHED_CONTRASTS if "d' = 64" not in contrast.question)
+    contrasts = tuple(contrast for contrast in _GATED_PUBLISHED_CONTRASTS
+                      if "d' = 64" not in contrast.question and not contrast.question.startswith("(6)"))
     return grids.Study("configs/recall.py:quick,form=bidirectional", {}, borrowed + trained, seeds=3, pick=_STATE_PICK,
                        notes=_GATED_PUBLISHED_BIDIRECTIONAL_NOTES, contrasts=contrasts,
                        borrowed={run.name: "state_bidirectional" for run in borrowed})

@@ -26,7 +26,10 @@ def _sigmoid(xp, z):
 
 
 def _output_norm(xp, o, x, arrays, eps, gated: bool):
-    """RMS norm of each head's o times the shared scale, times silu(x W_g) per channel where gated."""
+    """RMS norm of each head's o times the shared scale, times silu(x W_g) per channel where gated; o itself for a
+    module built without the norm (output_norm=False: no such parameters)."""
+    if "output_norm.scale" not in arrays:
+        return o
     out = o / xp.sqrt((o * o).mean(-1, keepdims=True) + eps) * arrays["output_norm.scale"]
     if not gated:
         return out

@@ -158,6 +158,19 @@ def test_decoding_steps_equal_the_causal_recurrence(kind):
     np.testing.assert_allclose(run(*f32(q, k, v, x), jnp.asarray(key_valid)), want, atol=5e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_without_the_output_norm_the_output_is_the_recurrences_state_read(kind):
+    """output_norm=False (the ablation): o_t as the recurrence gives it, before any norm or gate, and no norm's
+    parameters."""
+    module = attention.create(kind, num_heads=H, head_dim=D, d_model=D_MODEL, rngs=nnx.Rngs(0), output_norm=False,
+                              **RECURRENCES[kind][1])
+    q, k, v, x, key_valid = inputs(seed=6)
+    core, _ = reference(kind, module, q, k, v, x, key_valid, True)
+    out = module(*f32(q, k, v), mask(key_valid), causal=True, inputs=jnp.asarray(x, jnp.float32))
+    np.testing.assert_allclose(out, core, atol=2e-5, rtol=2e-5)
+    assert not any(name.startswith("output_norm") for name in arrays(module))
+
+
 def test_a_kind_that_reads_the_input_needs_its_width():
     with pytest.raises(ValueError, match="^attention kind 'gla' reads the layer's input x: create it with d_model"):
         attention.create("gla", num_heads=H, head_dim=D, rngs=nnx.Rngs(0))
