@@ -427,6 +427,11 @@ d' = 16 and within 20 points of softmax at d' = 4, elu + 1 at 72.78% (d' = 16). 
 DeltaNet are borrowed from it."""
 
 
+_GATED_PUBLISHED_BIDIRECTIONAL_VERDICT = """Written with the d' = 16 one-head runs in (d' = 4 and four heads not yet run). (1) held: DeltaNet with
+beta from x recalled as the key-gated one. (2) not decided: Gated DeltaNet recalled in 2 of 3 seeds. (3) not decided:
+GLA above elu + 1 with an interval that reaches below 0."""
+
+
 def _study_gated_published_bidirectional() -> grids.Study:
     """The published gated forms in the encoder form (forward and backward scans), d' = 4 and 16, one head and four."""
     trained, borrowed = _gated_published_runs((4, 16), exempt_arm=False)
@@ -434,6 +439,7 @@ def _study_gated_published_bidirectional() -> grids.Study:
                       if "d' = 64" not in contrast.question and not contrast.question.startswith("(6)"))
     return grids.Study("configs/recall.py:quick,form=bidirectional", {}, borrowed + trained, seeds=3, pick=_STATE_PICK,
                        notes=_GATED_PUBLISHED_BIDIRECTIONAL_NOTES, contrasts=contrasts,
+                       verdict=_GATED_PUBLISHED_BIDIRECTIONAL_VERDICT,
                        borrowed={run.name: "state_bidirectional" for run in borrowed})
 
 

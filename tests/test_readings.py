@@ -30,6 +30,7 @@ RECALL_STATE = "reports/recall/state"
 STATE_BIDIRECTIONAL = "reports/recall/state_bidirectional"
 GATE_INIT = "reports/recall/gate_init"
 GATED_PUBLISHED = "reports/recall/gated_published"
+GATED_PUBLISHED_BIDIRECTIONAL = "reports/recall/gated_published_bidirectional"
 BASED_PARTS = "reports/recall/based_parts"
 BASED_LAYERS = "reports/recall/based_layers"
 ANCHORS = "reports/recall/anchors"
@@ -762,6 +763,14 @@ READINGS = [
                      *below(recall_contrast("(2)", GATED_PUBLISHED))[1:], *below(recall_contrast("(3) GLA", GATED_PUBLISHED))[1:]),
             (".2f", ".2f", ".2f", "+.1f", "+.1f", "+.1f", ".2f", ".2f", ".2f", ".2f", ".1f", ".1f", ".1f", ".1f", ".1f",
              ".1f")),
+    Reading(RESULTS, "DeltaNet {} ± {}%, as the key-gated one ({} points, 95% CI {} to {}: (1) held there), GLA {} ± {}%, "
+            "{} points above elu + 1 (95% CI {} to {}), Gated DeltaNet in 2 of 3 seeds ({}%, {}%, {}%)",
+            lambda: (*query_accuracy_std(GATED_PUBLISHED_BIDIRECTIONAL, "deltanet_d16_N16"),
+                     *recall_contrast("(1) DeltaNet, beta from x", GATED_PUBLISHED_BIDIRECTIONAL),
+                     *query_accuracy_std(GATED_PUBLISHED_BIDIRECTIONAL, "gla_d16_N16"),
+                     *recall_contrast("(3) GLA", GATED_PUBLISHED_BIDIRECTIONAL),
+                     *seed_accuracies(GATED_PUBLISHED_BIDIRECTIONAL, "gated_deltanet_d16_N16")),
+            (".2f", ".2f", "+.1f", "+.1f", "+.1f", ".2f", ".2f", ".1f", "+.1f", "+.1f", ".2f", ".2f", ".2f")),
     Reading(RESULTS, "Four heads at the same d_model change neither (Gated DeltaNet {} points, 95% CI {} to {})",
             lambda: recall_contrast("(4) Gated", GATED_PUBLISHED), "+.1f"),
     Reading(RESULTS, "recalls in 2 of 3 seeds ({}%, {}%, {}%), where the state study's, with weight decay on them, "
