@@ -389,7 +389,8 @@ _GATED_PUBLISHED_CONTRASTS = (
 _GATED_PUBLISHED_VERDICT = """Written with the d' = 16 runs in (d' = 4 and 64 not yet run). (1) not decided: DeltaNet with beta from x
 recalled in 2 of 3 seeds, the key-gated one in 3. (2) and (3) were wrong: Gated DeltaNet and GLA as built stayed below
 elu + 1. (4) held for Gated DeltaNet (four heads within noise of one); DeltaNet's is not decided. (5) failed in one seed
-of three: without weight decay on its decays the key-gated Gated DeltaNet recalled in a seed where it had not."""
+of three: without weight decay on its decays the key-gated Gated DeltaNet recalled in a seed where it had not. (6) held
+for DeltaNet and Gated DeltaNet (without the output norm both recalled in every seed) and failed for GLA (no change)."""
 
 
 def _with_heads(run: grids.Run, heads: int) -> grids.Run:

@@ -771,6 +771,16 @@ READINGS = [
                      *recall_contrast("(3) GLA", GATED_PUBLISHED_BIDIRECTIONAL),
                      *seed_accuracies(GATED_PUBLISHED_BIDIRECTIONAL, "gated_deltanet_d16_N16")),
             (".2f", ".2f", "+.1f", "+.1f", "+.1f", ".2f", ".2f", ".1f", "+.1f", "+.1f", ".2f", ".2f", ".2f")),
+    Reading(RESULTS, "DeltaNet {} ± {}%, within noise of the key-gated one ({} points, 95% CI {} to {}: (6) held), Gated "
+            "DeltaNet {} ± {}% (with the norm and gate: {}%); GLA stays at {} ± {}%, {} points below the key-gated GLA "
+            "(95% CI {} to {})",
+            lambda: (*query_accuracy_std(GATED_PUBLISHED, "deltanet_d16_nonorm_N16"),
+                     *recall_contrast("(6) DeltaNet", GATED_PUBLISHED),
+                     *query_accuracy_std(GATED_PUBLISHED, "gated_deltanet_d16_nonorm_N16"),
+                     query_accuracy(GATED_PUBLISHED, "gated_deltanet_d16_N16"),
+                     *query_accuracy_std(GATED_PUBLISHED, "gla_d16_nonorm_N16"),
+                     *below(recall_contrast("(6) GLA", GATED_PUBLISHED))),
+            (".2f", ".2f", "+.1f", "+.1f", "+.1f", ".2f", ".2f", ".2f", ".2f", ".2f", ".1f", ".1f", ".1f")),
     Reading(RESULTS, "Four heads at the same d_model change neither (Gated DeltaNet {} points, 95% CI {} to {})",
             lambda: recall_contrast("(4) Gated", GATED_PUBLISHED), "+.1f"),
     Reading(RESULTS, "recalls in 2 of 3 seeds ({}%, {}%, {}%), where the state study's, with weight decay on them, "
