@@ -212,6 +212,27 @@ def _scan_steps(step, carry, length):
     return jnp.swapaxes(outputs[:, :, 0], 0, 1)
 
 
+def assert_every_parameter_trains(config, tmp_path) -> None:
+    """Two steps of the loop's train step on the translation `config` with finite loss and gradient norm, and an
+    update to every parameter (each kind's own included)."""
+    data = translation.prepare_data(config, str(tmp_path))
+    # Sign descent: a parameter moves exactly when its gradient is not zero, as under Adam without weight
+    # decay (which would move every parameter), at half the compile time of the whole step's AdamW.
+    optimizer = optax.chain(optax.scale_by_sign(), optax.scale(-config.learning_rate))
+    graphdef, state = steps.init_state(translation.create_model(config, data), optimizer)
+    train_step = steps.make_train_step(graphdef, optimizer, translation.metric_sums, jax.random.key(0))
+    # Compared at each step: a gradient whose sign flips between the steps moves a parameter back exactly.
+    changed = jax.tree.map(lambda _: False, state["params"])
+    for step in range(2):
+        before = jax.tree.map(np.array, state["params"])
+        state, metrics = train_step(state, pipeline.batch_at_step(data.train, 8, seed=0, step=step))
+        assert np.isfinite(float(metrics["loss"])) and float(metrics["grad_norm"]) > 0
+        assert bool(metrics["finite"])
+        changed = jax.tree.map(lambda moved, a, b: moved or not np.array_equal(a, b), changed, before,
+                               jax.device_get(state["params"]))
+    assert all(jax.tree.leaves(changed)), "every parameter (including kind-specific ones) gets updates"
+
+
 class KindContract:
     """Outputs, weights, padding, causality, cross-attention, gradients, large norms, decoding and training
     of each kind in `kinds` against its dense reference. Subclass it as `Test...` in a test file."""
@@ -349,19 +370,4 @@ class KindContract:
                     validate.validate(config)
                 config.attention[role] = "softmax"
         validate.validate(config)
-        data = translation.prepare_data(config, str(tmp_path))
-        # Sign descent: a parameter moves exactly when its gradient is not zero, as under Adam without weight
-        # decay (which would move every parameter), at half the compile time of the whole step's AdamW.
-        optimizer = optax.chain(optax.scale_by_sign(), optax.scale(-config.learning_rate))
-        graphdef, state = steps.init_state(translation.create_model(config, data), optimizer)
-        train_step = steps.make_train_step(graphdef, optimizer, translation.metric_sums, jax.random.key(0))
-        # Compared at each step: a gradient whose sign flips between the steps moves a parameter back exactly.
-        changed = jax.tree.map(lambda _: False, state["params"])
-        for step in range(2):
-            before = jax.tree.map(np.array, state["params"])
-            state, metrics = train_step(state, pipeline.batch_at_step(data.train, 8, seed=0, step=step))
-            assert np.isfinite(float(metrics["loss"])) and float(metrics["grad_norm"]) > 0
-            assert bool(metrics["finite"])
-            changed = jax.tree.map(lambda moved, a, b: moved or not np.array_equal(a, b), changed, before,
-                                   jax.device_get(state["params"]))
-        assert all(jax.tree.leaves(changed)), "every parameter (including kind-specific ones) gets updates"
+        assert_every_parameter_trains(config, tmp_path)

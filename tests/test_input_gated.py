@@ -6,18 +6,15 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 from flax import nnx
 
 import attention
 from attention import input_gated, key_gates
 from attention.input_gated import InputGatedAttention
-from data import pipeline
-from kind_harness import package_kinds_of
+from kind_harness import assert_every_parameter_trains, package_kinds_of
 from reference_recurrent import RECURRENCES
-from tasks import translation
-from training import steps, validate
+from training import validate
 
 pytestmark = pytest.mark.accelerator  # make test-accelerator runs these on the GPU or TPU
 
@@ -200,15 +197,4 @@ def test_each_is_refused_across_and_all_train_in_the_encoder_and_decoder(tiny_co
     config.attention.name, config.attention.cross = "softmax", "softmax"
     config.model.num_layers, config.model.layer_kinds = len(KINDS), ",".join(KINDS)
     validate.validate(config)
-    data = translation.prepare_data(config, str(tmp_path))
-    optimizer = optax.chain(optax.scale_by_sign(), optax.scale(-config.learning_rate))  # as tests/kind_harness.py
-    graphdef, state = steps.init_state(translation.create_model(config, data), optimizer)
-    train_step = steps.make_train_step(graphdef, optimizer, translation.metric_sums, jax.random.key(0))
-    changed = jax.tree.map(lambda _: False, state["params"])
-    for step in range(2):
-        before = jax.tree.map(np.array, state["params"])
-        state, metrics = train_step(state, pipeline.batch_at_step(data.train, 8, seed=0, step=step))
-        assert np.isfinite(float(metrics["loss"])) and bool(metrics["finite"])
-        changed = jax.tree.map(lambda moved, a, b: moved or not np.array_equal(a, b), changed, before,
-                               jax.device_get(state["params"]))
-    assert all(jax.tree.leaves(changed))
+    assert_every_parameter_trains(config, tmp_path)
