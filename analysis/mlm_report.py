@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 
-from analysis import plots, report, stats
+from analysis import plots, report, stats, tables
 
 
 def _parts(evals: list[dict]) -> tuple[str, ...]:
@@ -54,7 +54,7 @@ def _reference_name(evals: list[dict], results: dict[str, list[dict]]) -> str | 
     """The softmax run trained as `evals` was, at its sequence length and with its convolution; None where
     the study has none, or `evals` is it."""
     name = next((name for name, other in results.items()
-                 if report.kind_of(other) == "softmax" and _setting(other[0]) == _setting(evals[0])), None)
+                 if tables.kind_of(other) == "softmax" and _setting(other[0]) == _setting(evals[0])), None)
     return None if name is None or results[name] is evals else name
 
 
@@ -114,7 +114,7 @@ def recall_slice_table(results: dict[str, list[dict]]) -> str:
         reference = _reference(evals, results)
         share = np.mean([result["recall_slice"]["recall"]["share"] for result in evals])
         cells = [stats.mean_std_text([_slice_accuracy(part)(result) for result in evals]) for part in _parts(evals)]
-        lines.append(f"| {name} | {report.kind_of(evals)} | {report.dash_if_none(report.rank_bound(evals))} | {len(evals)} | "
+        lines.append(f"| {name} | {tables.kind_of(evals)} | {tables.dash_if_none(tables.rank_bound(evals))} | {len(evals)} | "
                      f"{share:.3f} | {' | '.join(cells)} | {_difference_text(evals, reference, _overall)} | "
                      f"{_difference_text(evals, reference, _slice_accuracy('recall'))} | "
                      f"{_seeds_above_baselines(evals)} |")
@@ -195,8 +195,8 @@ def _at_shares(shares: dict[str, float]):
 
 def _counterpart(name: str, results: dict[str, list[dict]], length: int) -> str | None:
     """The run of the same kind and convolution as `name` at sequence length `length`."""
-    kind, (_, *convolution) = report.kind_of(results[name]), _setting(results[name][0])
-    return next((other for other, evals in results.items() if report.kind_of(evals) == kind
+    kind, (_, *convolution) = tables.kind_of(results[name]), _setting(results[name][0])
+    return next((other for other, evals in results.items() if tables.kind_of(evals) == kind
                  and _setting(evals[0]) == (length, *convolution)), None)
 
 

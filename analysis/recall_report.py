@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
-from analysis import plots, report, stats  # noqa: E402
+from analysis import plots, stats, tables  # noqa: E402
 
 RESULT_KEY = "recall"  # eval.json's key of the task's own fields: the task's NAME
 
@@ -55,7 +55,7 @@ def query_accuracy_table(results: dict[str, list[dict]]) -> str:
         validation = [result["validation"].get("query_accuracy") for result in evals if result.get("validation")]
         lines.append(
             f"| {name} | {state['kind']} | {_pairs(evals)} | {state['key_dim']} | "
-            f"{report.dash_if_none(state['feature_dim'], ',')} | {state['per_head']:,} | {len(evals)} | "
+            f"{tables.dash_if_none(state['feature_dim'], ',')} | {state['per_head']:,} | {len(evals)} | "
             f"{stats.mean_std_text(_accuracies(evals))} | "
             f"{', '.join(f'{a:.3f}' for a in _accuracies(evals))} | "
             f"{f'{np.mean(validation):.4f}' if validation else '-'} | {evals[0].get('selected', '')} |")
@@ -67,21 +67,21 @@ def query_rank_table(results: dict[str, list[dict]]) -> str:
     row per run and layer, every run's layers alike (no layer chosen per run): answering N queries takes N
     rows pointing at N different keys, rank N."""
     lines = ["| run | kind | N | feature dim | layer | effective rank | numerical rank | stable rank | "
-             f"effective / N | {report.SHAPE_HEADER}",
-             f"|---|---|---:|---:|---:|---:|---:|---:|---:|{report.SHAPE_ALIGN}"]
+             f"effective / N | {tables.SHAPE_HEADER}",
+             f"|---|---|---:|---:|---:|---:|---:|---:|---:|{tables.SHAPE_ALIGN}"]
     for name, evals in results.items():
         pairs = _pairs(evals)
-        for layer, ranks in report.layer_ranks(evals).items():
+        for layer, ranks in tables.layer_ranks(evals).items():
             lines.append(
-                f"| {name} | {_state(evals)['kind']} | {pairs} | {report.dash_if_none(_state(evals)['feature_dim'], ',')} | "
+                f"| {name} | {_state(evals)['kind']} | {pairs} | {tables.dash_if_none(_state(evals)['feature_dim'], ',')} | "
                 f"{layer} | {ranks['effective_rank']:.2f} | {ranks['numerical_rank']:.2f} | "
                 f"{ranks['stable_rank']:.2f} | {ranks['effective_rank'] / pairs:.2f} | "
-                f"{report.shape_cells(report.shape_rows(evals, layer=layer))}")
+                f"{tables.shape_cells(tables.shape_rows(evals, layer=layer))}")
     return "\n".join(lines)
 
 
 def _layers(results: dict[str, list[dict]]) -> list[int]:
-    return sorted({layer for evals in results.values() for layer in report.layer_ranks(evals)})
+    return sorted({layer for evals in results.values() for layer in tables.layer_ranks(evals)})
 
 
 def _rank_axis(ax, top: float, layer: int) -> None:
@@ -186,7 +186,7 @@ def plot_rank_vs_state(results: dict[str, list[dict]], path: str) -> str:
         for ax, layer in zip(axes[row], layers):
             points = []
             for name, evals in results.items():
-                if (ranks := report.layer_ranks(evals).get(layer)) is not None:
+                if (ranks := tables.layer_ranks(evals).get(layer)) is not None:
                     state = _state(evals)
                     ax.plot(state["per_head"], ranks[field], marker="o", linestyle="", color=colors[state["kind"]])
                     points.append((state["per_head"], ranks[field], series_name(name)))
@@ -222,8 +222,8 @@ def plot_rank_vs_pairs(results: dict[str, list[dict]], path: str) -> str:
         ax.set_prop_cycle(color=plots.COLORS)
         _draw_rank_guide(ax, all_pairs)
         for series, runs in _by_series(results).items():
-            points = sorted((_pairs(evals), report.layer_ranks(evals)[layer]["effective_rank"]) for _, evals in runs
-                            if layer in report.layer_ranks(evals))
+            points = sorted((_pairs(evals), tables.layer_ranks(evals)[layer]["effective_rank"]) for _, evals in runs
+                            if layer in tables.layer_ranks(evals))
             ax.plot(*zip(*points), marker="o", label=series)
         _log2_x(ax, all_pairs)
         ax.set_xlabel("key-value pairs N")
@@ -260,8 +260,8 @@ def plot_width_sweeps(results: dict[str, list[dict]], path: str) -> str:
         accuracy_ax.errorbar(dims, means, yerr=[s or 0.0 for s in stds], marker="o", capsize=3,
                              label=f"{label} (± std, {seeds} seeds)")
         for ax, layer in zip(rank_axes, layers):
-            points = sorted((_state(evals)["feature_dim"], report.layer_ranks(evals)[layer]["effective_rank"])
-                            for evals in runs if layer in report.layer_ranks(evals))
+            points = sorted((_state(evals)["feature_dim"], tables.layer_ranks(evals)[layer]["effective_rank"])
+                            for evals in runs if layer in tables.layer_ranks(evals))
             ax.plot(*zip(*points), marker="o", label=label)
     top = max([pairs for _, pairs in groups] + [1])
     for ax, layer in zip(rank_axes, layers):
@@ -306,7 +306,7 @@ def report_sections(results: dict[str, list[dict]], spectra: dict, out_dir: str,
         "## Rank of the query rows\n\nThe attention rows at the N query positions of 16 test sequences, an "
         "N x L matrix per head; means over examples, heads and seeds, every layer of every run (no layer "
         "chosen per run). Answering N queries takes N rows pointing at N different keys: effective rank "
-        "near N, in the layer that does the lookup. " + report.SHAPE_NOTE,
+        "near N, in the layer that does the lookup. " + tables.SHAPE_NOTE,
         query_rank_table(results),
         "## Plots",
         *(f"![{title}]({file})" for title, file, _ in images),

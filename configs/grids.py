@@ -12,6 +12,7 @@ import dataclasses
 class Run:
     name: str  # its directory and its row in the report
     overrides: dict
+    seeds: int = 0  # seeds 0 .. seeds - 1 where a prediction needs more than the study's (0: the study's)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +55,9 @@ class Study:
         if self.sweep and self.pick:  # a W&B grid trains every run at once: no stage to pick in first
             raise ValueError(f"{self.config}: a study that picks {self.pick.field} on validation cannot be a W&B "
                              "sweep (sweep=True); run it with python -m scripts.compare")
+        if self.sweep and (more := [run.name for run in self.runs if run.seeds]):  # a grid crosses runs and seeds
+            raise ValueError(f"{self.config}: runs {', '.join(more)} set their own seeds, which a W&B sweep's grid "
+                             "cannot (sweep=True); run the study with python -m scripts.compare")
         names = {run.name for run in self.runs}
         if unknown := sorted(set(self.borrowed) - names):
             raise ValueError(f"{self.config}: borrowed runs {', '.join(unknown)} are not runs of the study")
@@ -66,11 +70,14 @@ class Study:
                 raise ValueError(f"{self.config}: contrast {contrast.question!r}: its terms are all runs or all "
                                  "run@step (a validation step, an integer), not both")
 
+    def seeds_of(self, run: Run) -> int:
+        return run.seeds or self.seeds
 
-def kind_run(kind: str, name: str = "", **options) -> Run:
+
+def kind_run(kind: str, name: str = "", seeds: int = 0, **options) -> Run:
     """A run of attention `kind` (every role), its options set as `attention.<option>`."""
     overrides = {"attention.name": kind, **{f"attention.{key}": value for key, value in options.items()}}
-    return Run(name or kind, overrides)
+    return Run(name or kind, overrides, seeds)
 
 
 def rank_bound_grid(performer_features: tuple[int, ...], local_window: int) -> list[Run]:

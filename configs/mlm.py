@@ -171,8 +171,9 @@ def _rank_or_shape_runs() -> list[grids.Run]:
         grids.kind_run("linear"),
         grids.kind_run("softmax_rank", "softmax_rank32", rank=32),
         grids.kind_run("hedgehog", "hedgehog_distilled", distill_weight=1.0, hedgehog_logit_scale=2.0),
-        grids.Run("softmax_centred", {"attention.name": "softmax", **centred}),
-        grids.Run("linear_centred", {"attention.name": "linear", **centred}),
+        # 5 seeds: rank_or_shape_controls borrows them, and two of its predictions straddle their thresholds.
+        grids.Run("softmax_centred", {"attention.name": "softmax", **centred}, seeds=5),
+        grids.Run("linear_centred", {"attention.name": "linear", **centred}, seeds=5),
         grids.Run("softmax_L512", {"attention.name": "softmax", **long}),
         grids.Run("linear_L512", {"attention.name": "linear", **long}),
     ]
@@ -267,12 +268,13 @@ def _controls_runs() -> list[grids.Run]:
     """Under the centred convolution at L = 128 (every run: the study's overrides): softmax and elu + 1 borrowed
     from rank_or_shape, and the controls, each matched on one quantity the readings name."""
     return [
-        grids.Run("softmax_centred", {"attention.name": "softmax"}),
-        grids.Run("linear_centred", {"attention.name": "linear"}),
+        grids.Run("softmax_centred", {"attention.name": "softmax"}, seeds=5),
+        grids.Run("linear_centred", {"attention.name": "linear"}, seeds=5),
         grids.kind_run("softmax_rank", "softmax_rank32", rank=32, basis_iterations=3),
         grids.kind_run("softmax_rank", "softmax_rank8", rank=8, basis_iterations=3),
-        grids.kind_run("landmark_softmax", "landmark32", rank=32),
-        grids.kind_run("softmax_capped", "softmax_capped", logit_cap=1.0),
+        # 5 seeds: with 3 their predictions' intervals straddled the thresholds (the rule in the notes).
+        grids.kind_run("landmark_softmax", "landmark32", seeds=5, rank=32),
+        grids.kind_run("softmax_capped", "softmax_capped", seeds=5, logit_cap=1.0),
         grids.kind_run("mala", "mala"),
     ]
 

@@ -8,7 +8,7 @@ import json
 import os
 
 import tasks
-from analysis import plots, report
+from analysis import plots, rank_plots, report, tables
 from configs.grids import Pick, Run, Study
 from runtime import atomic, devices
 from runtime.workdirs import WorkdirError, read_json
@@ -84,7 +84,7 @@ def select_runs(study: Study, only: str, part: str = "") -> list[Run]:
 def _training(study: Study, run: Run) -> tuple:
     """What decides how a run trains: the config, every override in the order train.py applies them, the pick
     and the seeds."""
-    return study.config, {**study.overrides, **run.overrides}, study.pick, study.seeds
+    return study.config, {**study.overrides, **run.overrides}, study.pick, study.seeds_of(run)
 
 
 def borrowed_records(study: Study, task: str) -> dict[str, dict]:
@@ -160,19 +160,42 @@ def recorded_runs(workdirs: dict[str, list[str]], picks: dict[str, dict], out_di
                   study: Study, task: str, preset: str) -> dict[str, dict]:
     """Run name -> its record (`run_record`, with its `pick_record` under "pick" where the study picks), for
     every run of the study that finished here, that it borrows (borrowed_records) or that runs.json in `out_dir`
-    recorded (an earlier part's); a run finished here replaces its recorded one. Writes the union back to
-    runs.json."""
+    recorded (an earlier part's); a seed finished here replaces its recorded one, and the recorded seeds not
+    trained here stay (_merged_seeds). Writes the union back to runs.json."""
     path = os.path.join(out_dir, RUNS_JSON)
     recorded = read_study_file(path, task, preset) if os.path.exists(path) else {}
     local = {name: {**record, **({"pick": picks[name]} if name in picks else {})}
              for name, seed_workdirs in workdirs.items() if (record := run_record(seed_workdirs))}
     borrowed = borrowed_records(study, task)
-    merged = {run.name: local.get(run.name) or borrowed.get(run.name) or recorded.get(run.name) for run in study.runs}
+    merged = {run.name: borrowed.get(run.name) or _merged_seeds(local.get(run.name), recorded.get(run.name))
+              for run in study.runs}
     merged = {name: record for name, record in merged.items() if record}
     if merged:
         os.makedirs(out_dir, exist_ok=True)
         atomic.write_text(path, json.dumps(merged, indent=1))
     return merged
+
+
+def _seed(result: dict) -> int:
+    return result["config"]["seed"]
+
+
+def _merged_seeds(local: dict | None, recorded: dict | None) -> dict | None:
+    """A run's record of its seeds finished here (`local`) and those an earlier part recorded and this one did not
+    train (seeds 3-4 added to seeds 0-2 trained elsewhere, say), in seed order; the spectra of its lowest seed."""
+    if not (local and recorded):
+        return local or recorded
+    trained_here = {_seed(result) for result in local["results"]}
+    kept = [(result, curve) for result, curve in zip(recorded["results"], recorded["curves"])
+            if _seed(result) not in trained_here]
+    seeds = sorted([*kept, *zip(local["results"], local["curves"])], key=lambda pair: _seed(pair[0]))
+    lowest = recorded if kept and min(_seed(result) for result, _ in kept) < min(trained_here) else local
+    return {**local, "results": [result for result, _ in seeds], "curves": [curve for _, curve in seeds],
+            "spectra": lowest["spectra"] or local["spectra"] or recorded["spectra"]}
+
+
+def recorded_seeds(record: dict | None) -> set[int]:
+    return {_seed(result) for result in record["results"]} if record else set()
 
 
 def pick_candidates(pick: Pick, run: Run) -> list[Run]:
@@ -213,16 +236,21 @@ def head_dim(results: dict[str, list[dict]]) -> int | None:
     return dims.pop() if len(dims) == 1 else None
 
 
-def _jobs(context: StudyRun, runs: list[Run], seeds: range, workdirs: dict[str, list[str]]) -> list[Job]:
+def _jobs(context: StudyRun, runs: list[Run], seeds: dict[str, list[int]], workdirs: dict[str, list[str]]) -> list[Job]:
     """The job of every (run, seed), or where the context packs, of every run, its seeds packed in one program."""
     study, group, extra = context.study, context.group, context.extra
-    if context.pack and len(seeds) > 1:
-        return [(f"{run.name} seeds {seeds[0]}-{seeds[-1]} (packed)",
-                 packed_command(study, run, [(workdir, {"seed": seed}) for seed, workdir in
-                                             zip(seeds, workdirs[run.name])], group, extra), workdirs[run.name][0])
-                for run in runs]
-    return [(f"{run.name} seed{seed}", train_command(study, run, seed, workdir, group, extra), workdir)
-            for run in runs for seed, workdir in zip(seeds, workdirs[run.name])]
+    jobs = []
+    for run in runs:
+        pairs = list(zip(seeds[run.name], workdirs[run.name]))
+        if context.pack and len(pairs) > 1:
+            span = f"{pairs[0][0]}-{pairs[-1][0]}" if len(pairs) == pairs[-1][0] - pairs[0][0] + 1 else \
+                ", ".join(str(seed) for seed, _ in pairs)
+            jobs.append((f"{run.name} seeds {span} (packed)", packed_command(
+                study, run, [(workdir, {"seed": seed}) for seed, workdir in pairs], group, extra), pairs[0][1]))
+        else:
+            jobs += [(f"{run.name} seed{seed}", train_command(study, run, seed, workdir, group, extra), workdir)
+                     for seed, workdir in pairs]
+    return jobs
 
 
 def _packs(option: str, task: str, study: Study, runs: list[Run]) -> bool:
@@ -266,7 +294,7 @@ def _write_report(task: str, preset: str, command: str, records: dict[str, dict]
     study = get_study(task, preset)
     path = report.write_report(tasks.get(task), preset, command, results, spectra, out_dir, head_dim(results), picks,
                                study.notes, study.contrasts, study.verdict)
-    print(f"\n{report.accuracy_table(tasks.get(task).METRICS, results)}\n\nreport: {path}", flush=True)
+    print(f"\n{tables.accuracy_table(tasks.get(task).METRICS, results)}\n\nreport: {path}", flush=True)
 
 
 def _attention_figure(task: str, preset: str, records: dict[str, dict], runs_dir: str, out_dir: str) -> None:
@@ -305,8 +333,8 @@ def rewrite_report(task: str, preset: str, reports_dir: str) -> str:
         _write_report(task, preset, command, read_study_file(os.path.join(out_dir, RUNS_JSON), task, preset),
                       out_dir)
         return os.path.join(out_dir, "report.md")
-    if os.path.exists(os.path.join(out_dir, report.SPECTRA_PLOT)):
-        raise StudyError(f"{out_dir} has no {RUNS_JSON}: its {report.SPECTRA_PLOT} needs the runs' spectra")
+    if os.path.exists(os.path.join(out_dir, rank_plots.SPECTRA_PLOT)):
+        raise StudyError(f"{out_dir} has no {RUNS_JSON}: its {rank_plots.SPECTRA_PLOT} needs the runs' spectra")
     results = read_study_file(os.path.join(out_dir, report.RESULTS_JSON), task, preset)
     study = get_study(task, preset)
     # A study's notes, contrasts and verdict describe its runs: a report of runs it no longer has (renamed since)
@@ -317,12 +345,19 @@ def rewrite_report(task: str, preset: str, reports_dir: str) -> str:
                                verdict=study.verdict if current else "")
 
 
-def _picked(context: StudyRun, runs: list[Run]) -> tuple[list[Run], dict[str, dict]]:
+def _picked(context: StudyRun, runs: list[Run], recorded: dict[str, dict]) -> tuple[list[Run], dict[str, dict]]:
     """Trains the candidates of the study's Pick for `runs` (where the context packs and the field is packable, a
-    run's candidates in one program); returns the runs with the field set to the value chosen on validation (a run
-    none of whose candidates finished left out) and each run's pick_record."""
+    run's candidates in one program), but for a run whose pick runs.json records (`recorded`) and none of whose
+    candidates' workdirs is here (picked on another machine); returns the runs with the field set to the value
+    chosen on validation (a run none of whose candidates finished left out) and each run's pick_record."""
     study, pick = context.study, context.study.pick
     candidates = {run.name: pick_candidates(pick, run) for run in runs}
+    picked_elsewhere = {name: recorded[name]["pick"] for name, choices in candidates.items()
+                        if recorded.get(name, {}).get("pick")
+                        and not any(os.path.exists(context.workdir(choice, 0)) for choice in choices)}
+    for name, record in picked_elsewhere.items():
+        print(f"{name}: {pick.field}={record['chosen']}, picked earlier ({RUNS_JSON}), not picked again", flush=True)
+    candidates = {name: choices for name, choices in candidates.items() if name not in picked_elsewhere}
     workdirs = {candidate.name: [context.workdir(candidate, 0)]
                 for choices in candidates.values() for candidate in choices}
     if context.pack and pick.field in packed.PACKABLE:
@@ -331,16 +366,28 @@ def _picked(context: StudyRun, runs: list[Run]) -> tuple[list[Run], dict[str, di
                                 [(workdirs[choice.name][0], {"seed": 0, pick.field: value})
                                  for choice, value in zip(candidates[run.name], pick.values)], context.group,
                                 context.extra),
-                 workdirs[candidates[run.name][0].name][0]) for run in runs]
+                 workdirs[candidates[run.name][0].name][0]) for run in runs if run.name in candidates]
     else:
-        jobs = _jobs(context, [c for choices in candidates.values() for c in choices], range(1), workdirs)
+        jobs = _jobs(context, [c for choices in candidates.values() for c in choices],
+                     {name: [0] for name in workdirs}, workdirs)
     # A candidate that fails (a rate that diverges) is an outcome of the pick, not a failure of the study.
     run_jobs(jobs, context.workers)
-    picks = {name: record for name, choices in candidates.items()
-             if (record := pick_record(tasks.get(context.task).METRICS[0], pick,
-                                       [workdirs[choice.name][0] for choice in choices]))}
-    return [Run(run.name, {**run.overrides, pick.field: picks[run.name]["chosen"]})
+    picks = {**picked_elsewhere, **{name: record for name, choices in candidates.items()
+                                    if (record := pick_record(tasks.get(context.task).METRICS[0], pick,
+                                                              [workdirs[choice.name][0] for choice in choices]))}}
+    return [dataclasses.replace(run, overrides={**run.overrides, pick.field: picks[run.name]["chosen"]})
             for run in runs if run.name in picks], picks
+
+
+def _seeds_to_train(context: StudyRun, run: Run, record: dict | None, count: int) -> list[int]:
+    """The run's seeds (`count`, else the study's for the run) but those that runs.json records (`record`) and
+    that have no workdir here: trained on another machine, or here before the workdirs went, they are read, not
+    trained again (to train one again, take it out of runs.json)."""
+    elsewhere = sorted(seed for seed in recorded_seeds(record) if not os.path.exists(context.workdir(run, seed)))
+    if elsewhere:
+        print(f"{run.name}: seeds {', '.join(map(str, elsewhere))} recorded in {RUNS_JSON}, not trained again",
+              flush=True)
+    return [seed for seed in range(count or context.study.seeds_of(run)) if seed not in elsewhere]
 
 
 def _report(context: StudyRun, workdirs: dict[str, list[str]], picks: dict[str, dict]) -> None:
@@ -360,16 +407,17 @@ def run_study(task: str, preset: str, options, extra: list[str], command: str) -
         runs = select_runs(study, options.only, options.part)
     except ValueError as error:
         raise StudyError(str(error)) from None
-    seeds = range(options.seeds or study.seeds)
     # Absolute: train.py runs in the repository root, while relative flags mean the caller's directory.
     context = StudyRun(task, preset, study, os.path.abspath(options.runs_dir),
                        report_dir(options.reports_dir, task, preset), extra, command, options.jobs,
                        _packs(options.pack, task, study, runs))
-    if os.path.exists(runs_json := os.path.join(context.out_dir, RUNS_JSON)):
-        read_study_file(runs_json, task, preset)  # named before hours of training, not after
+    runs_json = os.path.join(context.out_dir, RUNS_JSON)
+    # Read before hours of training, not after: a copy that does not read is named now.
+    recorded = read_study_file(runs_json, task, preset) if os.path.exists(runs_json) else {}
     try:  # a workdir's config.json or eval.json that does not read names itself
-        chosen, picks = _picked(context, runs) if study.pick else (runs, {})
-        workdirs = {run.name: [context.workdir(run, seed) for seed in seeds] for run in chosen}
+        chosen, picks = _picked(context, runs, recorded) if study.pick else (runs, {})
+        seeds = {run.name: _seeds_to_train(context, run, recorded.get(run.name), options.seeds) for run in chosen}
+        workdirs = {run.name: [context.workdir(run, seed) for seed in seeds[run.name]] for run in chosen}
         try:
             failed = run_jobs(_jobs(context, chosen, seeds, workdirs), options.jobs)
         except SystemExit:  # stopped (SIGTERM, SIGINT: a time limit, say): the runs that finished are reported

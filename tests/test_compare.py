@@ -1,5 +1,7 @@
-"""The studies of configs/<task>.py (studies/catalog.py), analysis/report.py and the study runner (studies/,
-python -m scripts.compare) on hand-written eval.json files, no training."""
+"""The studies of configs/<task>.py (studies/catalog.py), analysis/report.py with its tables and plots
+(analysis/tables.py, analysis/rank_plots.py) and the study runner (studies/, python -m scripts.compare) on
+hand-written eval.json files, no training."""
+import dataclasses
 import functools
 import importlib
 import json
@@ -14,7 +16,7 @@ import numpy as np
 import pytest
 
 import attention
-from analysis import plots, recall_report, report
+from analysis import plots, rank_plots, recall_report, report, tables
 from configs import grids
 from scripts import compare
 from studies import catalog, jobs, runner
@@ -152,7 +154,7 @@ RESULTS = {
 
 def test_accuracy_table_means_and_sample_stds_over_seeds():
     # softmax: std of (0.5, 0.6) = 0.05 sqrt(2) = 0.0707; linear: std of (0.4, 0.44) = 0.02 sqrt(2) = 0.0283.
-    assert report.accuracy_table(mlm.METRICS, RESULTS) == "\n".join([
+    assert tables.accuracy_table(mlm.METRICS, RESULTS) == "\n".join([
         "| run | kind | feature dim | seeds | masked_accuracy (mean ± std) | loss | perplexity |",
         "|---|---|---:|---:|---:|---:|---:|",
         "| softmax | softmax | - | 2 | 0.5500 ± 0.0707 | 1.1000 | 2.5000 |",
@@ -165,7 +167,7 @@ def test_rank_table_checks_bounds_and_head_dim():
     # softmax: ranks 40, 44, 42, 46 -> mean 43, max 46; linear: 30, 31, 31, 32 -> mean 31, max 32 = bound,
     # 2 seeds x 2 layers x 4 examples = 16 matrices. Row entropy: softmax's 2, 3, 2.5, 3.5 -> 2.75 (fraction
     # 0.55), linear's 3, 3.2, 3.4, 3.6 -> 3.3 without a logit spread; performer's eval.json has no shapes.
-    assert report.rank_table(RESULTS, head_dim=32) == "\n".join([
+    assert tables.rank_table(RESULTS, head_dim=32) == "\n".join([
         "| run | kind | seq len | numerical rank | max numerical rank | effective rank | stable rank | "
         "row entropy | fraction of max | top-1 | top-1 > 0.5 | logit spread | "
         "rank bound | matrices over bound | mean > head dim (32) |",
@@ -174,13 +176,13 @@ def test_rank_table_checks_bounds_and_head_dim():
         "| linear | linear | 64 | 31.00 | 32 | 15.50 | 1.50 | 3.30 | 0.660 | 0.600 | 0.500 | - | 32 | 0 / 16 | no |",
         "| performer_m16 | performer | 64 | 16.00 | 18 | 8.00 | 1.50 | - | - | - | - | - | 16 | 3 / 8 | no |",
     ])
-    assert "head dim" not in report.rank_table(RESULTS)
+    assert "head dim" not in tables.rank_table(RESULTS)
 
 
 def test_layer_rank_table_gives_every_layer_of_every_run():
     # softmax's layer 0: ranks 40 and 42 over its seeds, row entropies 2 and 2.5; the decoder_self rows are
     # not the reported role, nor the shape rows of a selection the rows over every query.
-    assert report.layer_rank_table(RESULTS).splitlines()[2:] == [
+    assert tables.layer_rank_table(RESULTS).splitlines()[2:] == [
         "| softmax | softmax | 0 | 41.00 | 20.50 | 1.50 | 2.25 | 0.450 | 0.600 | 0.500 | 4.00 |",
         "| softmax | softmax | 1 | 45.00 | 22.50 | 1.50 | 3.25 | 0.650 | 0.600 | 0.500 | 4.00 |",
         "| linear | linear | 0 | 30.50 | 15.25 | 1.50 | 3.20 | 0.640 | 0.600 | 0.500 | - |",
@@ -205,7 +207,7 @@ def test_role_rank_table_lists_every_role_of_each_run(tmp_path):
              for result in RESULTS["linear"]]
     sections = report.rank_study_sections(mlm.METRICS, {"linear": evals}, {}, str(tmp_path), 32)
     assert any(section.startswith("## Attention rank by role") for section in sections)
-    table = report.role_rank_table({"linear": evals}).splitlines()
+    table = tables.role_rank_table({"linear": evals}).splitlines()
     assert table[2:] == [
         "| linear | encoder_self | linear | 64 | 31.00 | 15.50 | 1.50 | 3.30 | 0.660 | 0.600 | 0.500 | - | 32 |",
         "| linear | decoder_self | linear | 64 | 99.00 | 49.50 | 1.50 | 9.00 | 1.800 | 0.600 | 0.500 | 9.00 | - |"]
@@ -217,9 +219,9 @@ def test_the_bound_is_checked_on_each_matrix_of_every_seed():
     results = {"performer_m32": [_eval("performer", 0.3, 2.0, 7.0, [31.0, 31.75], 32, over=(0, 1)),
                                  _eval("performer", 0.3, 2.0, 7.0, [31.5, 31.0], 32, over=(2, 0))],
                "performer_m64": [_eval("performer", 0.3, 2.0, 7.0, [60.0, 61.0], 64)]}
-    assert [line.rstrip(" |").split(" | ")[-2:] for line in report.rank_table(results).splitlines()[2:]] == [
+    assert [line.rstrip(" |").split(" | ")[-2:] for line in tables.rank_table(results).splitlines()[2:]] == [
         ["32", "3 / 16"], ["64", "cannot bind"]]
-    note = report.rank_note(results)
+    note = tables.rank_note(results)
     assert "performer_m32: 3 of 16 matrices above its bound 32." in note
     assert "performer_m64: its bound 64 cannot bind: no matrix has both sides longer." in note
 
@@ -228,16 +230,16 @@ def test_a_bounded_run_without_per_matrix_counts_names_the_run():
     old = _eval("linear", 0.4, 1.5, 4.0, [30.0, 31.0], 32)
     old["rank"] = [{key: value for key, value in row.items() if not key.startswith("matrices")} for row in old["rank"]]
     with pytest.raises(ValueError, match="linear: eval.json without per-matrix bound counts"):
-        report.rank_table({"linear": [old]})
-    assert "| - |" in report.rank_table({"softmax": [_eval("softmax", 0.5, 1.0, 2.0, [40.0, 44.0], None)]})
+        tables.rank_table({"linear": [old]})
+    assert "| - |" in tables.rank_table({"softmax": [_eval("softmax", 0.5, 1.0, 2.0, [40.0, 44.0], None)]})
 
 
 def test_rank_note_states_each_bound_and_softmax_against_the_head_dim():
-    note = report.rank_note(RESULTS, head_dim=32)
+    note = tables.rank_note(RESULTS, head_dim=32)
     assert "linear: 0 of 16 matrices above its bound 32." in note
     assert "performer_m16: 3 of 8 matrices above its bound 16." in note
     assert "softmax: mean numerical rank 43.00, above the head dim 32." in note
-    assert "softmax" not in report.rank_note(RESULTS)
+    assert "softmax" not in tables.rank_note(RESULTS)
 
 
 def _rnn_eval(kind, exact_match, ranks, bound):
@@ -250,15 +252,15 @@ def _rnn_eval(kind, exact_match, ranks, bound):
 def test_rnn_rows_report_their_cross_attention_and_dashes_without_attention(tmp_path):
     results = {"rnn_none": [_rnn_eval("none", 0.2, [], None)],
                "rnn_additive": [_rnn_eval("additive", 0.9, [7.0], None)]}
-    assert report.accuracy_table(translation.METRICS, results).splitlines()[2:] == [
+    assert tables.accuracy_table(translation.METRICS, results).splitlines()[2:] == [
         "| rnn_none | none | - | 1 | 0.2000 ± - | 0.9000 | 90.0000 | 0.1000 |",
         "| rnn_additive | additive | - | 1 | 0.9000 ± - | 0.9000 | 90.0000 | 0.1000 |"]
-    assert report.rank_table(results).splitlines()[2:] == [
+    assert tables.rank_table(results).splitlines()[2:] == [
         "| rnn_none | none |" + " - |" * 12,
         "| rnn_additive | additive | 64 | 7.00 | 7 | 3.50 | 1.50 | - | - | - | - | - | - | - |"]
     spectra = {"rnn_additive": {"cross": [[1.0, 0.5, 0.1]]}}
     path = report.write_report(translation, "quick", "cmd", results, spectra, str(tmp_path))
-    assert os.path.exists(path) and os.path.exists(tmp_path / report.SPECTRA_PLOT)
+    assert os.path.exists(path) and os.path.exists(tmp_path / rank_plots.SPECTRA_PLOT)
 
 
 def test_write_report_embeds_tables_and_plots(tmp_path):
@@ -267,7 +269,7 @@ def test_write_report_embeds_tables_and_plots(tmp_path):
                                str(tmp_path / "out"), head_dim=32)
     text = open(path).read()
     assert path == str(tmp_path / "out" / "report.md")
-    assert report.accuracy_table(mlm.METRICS, RESULTS) in text and report.rank_table(RESULTS, 32) in text
+    assert tables.accuracy_table(mlm.METRICS, RESULTS) in text and tables.rank_table(RESULTS, 32) in text
     assert "python -m scripts.compare --task=mlm" in text
     for image in ("accuracy_vs_feature_dim.png", "accuracy_vs_effective_rank.png", "accuracy_vs_row_entropy.png",
                   "spectra.png"):
@@ -302,13 +304,13 @@ def test_a_report_of_eval_json_written_before_shapes_has_dashes_and_no_entropy_p
     old = {"performer_m16": RESULTS["performer_m16"]}
     text = open(report.write_report(mlm, "quick", "cmd", old, {}, str(tmp_path))).read()
     assert "| performer_m16 | performer | 64 | 16.00 | 18 | 8.00 | 1.50 | - | - | - | - | - | 16 | 3 / 8 |" in text
-    assert report.ROW_ENTROPY_PLOT not in text and not (tmp_path / report.ROW_ENTROPY_PLOT).exists()
+    assert rank_plots.ROW_ENTROPY_PLOT not in text and not (tmp_path / rank_plots.ROW_ENTROPY_PLOT).exists()
 
 
 def test_the_row_entropy_plot_draws_a_point_per_seed_at_layer_0_and_over_layers(monkeypatch, tmp_path):
     figures = []
     monkeypatch.setattr(plt, "close", figures.append)
-    report.plot_accuracy_vs_row_entropy(mlm.METRICS, RESULTS, str(tmp_path / "entropy.png"))
+    rank_plots.plot_accuracy_vs_row_entropy(mlm.METRICS, RESULTS, str(tmp_path / "entropy.png"))
     monkeypatch.undo()
     (figure,) = figures
     layer_0, over_layers = ({line.get_label(): list(zip(*line.get_data())) for line in ax.get_lines()
@@ -467,7 +469,7 @@ def test_a_cut_study_file_is_named_with_the_command_that_rebuilds_it(tmp_path, m
     out = tmp_path / "reports" / "mlm"
     if cut == report.RESULTS_JSON:  # read only where there is no runs.json, and without spectra to plot
         (out / runner.RUNS_JSON).unlink()
-        (out / report.SPECTRA_PLOT).unlink()
+        (out / rank_plots.SPECTRA_PLOT).unlink()
     text = (out / cut).read_text()
     (out / cut).write_text(text[: len(text) // 2])
     capsys.readouterr()
@@ -728,6 +730,43 @@ def test_a_pick_trains_each_value_once_then_the_seeds_at_the_best_on_validation(
     assert [command for command in again.commands if "learning_rate=0.01" not in " ".join(command)] == []
 
 
+def test_more_seeds_of_a_run_join_those_trained_elsewhere_without_picking_again(tmp_path, monkeypatch, capsys):
+    """Where a prediction's interval straddles its threshold, its runs get more seeds (Run.seeds): seeds and the
+    pick that runs.json records, trained on another machine, stay; only the new seeds train, at the recorded rate."""
+    runs = [grids.kind_run("softmax"), grids.kind_run("linear")]
+    study = grids.Study("configs/mlm.py:tiny", {}, runs, seeds=2,
+                        pick=grids.Pick("learning_rate", (0.001, 0.003), {"num_train_steps": 30}))
+    monkeypatch.setattr(runner, "get_study", lambda task, preset: study)
+    monkeypatch.setattr(jobs, "train", FakeTrain(validation=lambda rate: {0.003: 0.5}.get(rate, 0.4)))
+    _main(tmp_path, "--pack=off")
+    shutil.rmtree(tmp_path / "runs")  # that machine's workdirs are not here
+    capsys.readouterr()
+    more = grids.Study(study.config, {}, [runs[0], dataclasses.replace(runs[1], seeds=4)], seeds=2, pick=study.pick)
+    monkeypatch.setattr(runner, "get_study", lambda task, preset: more)
+    fake = FakeTrain()
+    monkeypatch.setattr(jobs, "train", fake)
+    _main(tmp_path, "--pack=on")
+    assert [sorted(arg for arg in command if arg.startswith(("--workdir=", "--config.seed=", "--config.learning_rate=")))
+            for command in fake.commands] == [
+        ["--config.learning_rate=0.003", f"--config.seed={seed}",
+         f"--workdir={tmp_path / 'runs' / 'mlm' / 'quick' / 'linear' / f'seed{seed}'}"] for seed in (2, 3)]
+    output = capsys.readouterr().out
+    assert "linear: learning_rate=0.003, picked earlier (runs.json), not picked again" in output
+    assert "linear: seeds 0, 1 recorded in runs.json, not trained again" in output
+    assert "linear seeds 2-3 (packed): done" in output
+    recorded = json.loads((tmp_path / "reports" / "mlm" / runner.RUNS_JSON).read_text())
+    assert [result["config"]["seed"] for result in recorded["linear"]["results"]] == [0, 1, 2, 3]
+    assert len(recorded["linear"]["curves"]) == 4 and recorded["linear"]["pick"]["chosen"] == 0.003
+    assert [result["config"]["seed"] for result in recorded["softmax"]["results"]] == [0, 1]
+    text = (tmp_path / "reports" / "mlm" / "report.md").read_text()
+    assert "| linear | linear | 32 | 4 | 0.5150 ± 0.0129 |" in text
+
+
+def test_a_run_with_seeds_of_its_own_cannot_be_in_a_sweep():
+    with pytest.raises(ValueError, match="runs linear set their own seeds"):
+        grids.Study("configs/mlm.py", {}, [grids.Run("linear", {}, seeds=5)], seeds=3, sweep=True)
+
+
 def test_a_study_that_picks_cannot_be_a_sweep():
     with pytest.raises(ValueError, match="cannot be a W&B sweep"):
         grids.Study("configs/mlm.py", {}, [], seeds=1, sweep=True, pick=grids.Pick("learning_rate", (0.001,), {}))
@@ -790,11 +829,11 @@ def test_runs_that_stop_early_report_their_steps_in_epochs_and_whether_they_reac
     results = {"softmax_N16": [stopping(0, 392, 0.995), stopping(1, 1_000, 0.97)],
                "linear_d16_N16": RECALL_RESULTS["linear_d16_N16"]}  # no stop_metric: not in the table
     # 392 steps of 2 x 512 over 100,000 sequences: 4.0 epochs.
-    assert report.stopping_table(results).splitlines()[2:] == [
+    assert tables.stopping_table(results).splitlines()[2:] == [
         "| softmax_N16 | query_accuracy >= 0.99 | 392, 1,000 | 4.0, 10.2 | 0.9950, 0.9700 | 1/2 |"]
     text = open(report.write_report(recall_task, "zoology", "cmd", results, {}, str(tmp_path))).read()
-    assert "## Early stopping" in text and report.stopping_table(results) in text
-    assert report.stopping_table(RECALL_RESULTS) == ""
+    assert "## Early stopping" in text and tables.stopping_table(results) in text
+    assert tables.stopping_table(RECALL_RESULTS) == ""
 
 
 def test_error_bars_say_what_they_are_and_labels_of_near_points_do_not_overlap():

@@ -3,7 +3,7 @@ seed in the report, against a t interval written here with numpy and the t quant
 import numpy as np
 import pytest
 
-from analysis import report, stats
+from analysis import stats, tables
 from configs import grids
 from configs import mlm
 
@@ -33,7 +33,7 @@ def test_a_gap_change_pairs_four_runs_by_seed():
         [(weight, {seed: value for seed, value in enumerate(accuracies[term])})
          for term, weight in contrast.terms.items()])
     assert seeds == 3 and mean == pytest.approx(per_seed.mean()) and computed_half_width == pytest.approx(half_width)
-    cells = _row(report.contrast_table("masked_accuracy", (contrast,), _results(accuracies)), "q")
+    cells = _row(tables.contrast_table("masked_accuracy", (contrast,), _results(accuracies)), "q")
     assert cells[1:] == ["a - b - c + d", "3", f"{100 * per_seed.mean():+.1f}",
                          f"{100 * (per_seed.mean() - half_width):+.1f} to {100 * (per_seed.mean() + half_width):+.1f}"]
 
@@ -43,13 +43,13 @@ def test_step_terms_read_validation_curves_and_missing_runs_are_not_run_yet():
     results = _results({"a": [0.9, 0.9], "b": [0.1, 0.1]}, curves)
     over_steps = grids.Contrast("speed", {"a@1000": 1.0, "b@1000": -1.0, "a@500": -1.0, "b@500": 1.0})
     absent = grids.Contrast("absent", {"a": 1.0, "c": -1.0})
-    table = report.contrast_table("masked_accuracy", (over_steps, absent), results)
+    table = tables.contrast_table("masked_accuracy", (over_steps, absent), results)
     per_seed = [(0.3 - 0.3) - (0.2 - 0.1), (0.32 - 0.2) - (0.25 - 0.2)]
     assert _row(table, "speed")[3] == f"{100 * np.mean(per_seed):+.1f}"
     assert _row(table, "absent")[2:] == ["-", "not run yet", "-"]
     # A seed's curve without the step: the term is missing, not zero.
     results["b"][1]["validation_curve"] = [line for line in results["b"][1]["validation_curve"] if line["step"] != 500]
-    assert _row(report.contrast_table("masked_accuracy", (over_steps,), results), "speed")[3] == "not run yet"
+    assert _row(tables.contrast_table("masked_accuracy", (over_steps,), results), "speed")[3] == "not run yet"
 
 
 def test_a_study_refuses_contrasts_of_runs_it_does_not_have_or_mixed_terms():

@@ -157,6 +157,8 @@ def test_compare_writes_the_overlay_into_the_report_directory(tmp_path, monkeypa
 
 def test_one_evaluation_per_run_draws_no_curves_and_the_report_links_none(tmp_path, monkeypatch):
     test_compare_writes_the_overlay_into_the_report_directory(tmp_path, monkeypatch)  # an earlier curves.png
+    # Trained again, elsewhere: without the earlier runs.json, whose recorded seeds would not train again.
+    os.remove(tmp_path / "reports" / "mlm" / runner.RUNS_JSON)
     monkeypatch.setattr(jobs, "train", lambda command, workdir, env: _fake_train(command, workdir, env, evals=1))
     compare.main(["--task=mlm", "--only=softmax,linear", "--seeds=1", "--jobs=1",
                   f"--runs_dir={tmp_path / 'runs2'}", f"--reports_dir={tmp_path / 'reports'}"])

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from analysis import mlm_report, recall_report, report, stats
+from analysis import mlm_report, recall_report, report, stats, tables
 from benchmarks.train import load_config
 from scripts import attention_interventions
 from studies import catalog, runner
@@ -115,7 +115,7 @@ def bigram(part: str = "all") -> float:
 
 
 def bound(run: str) -> int:
-    return report.rank_bound(_mlm(run))
+    return tables.rank_bound(_mlm(run))
 
 
 def seq_len() -> int:
@@ -128,7 +128,7 @@ def unbound() -> list[str]:
 
 
 def layer0(run: str, field: str) -> float:
-    return report.layer_ranks(_mlm(run))[0][field]
+    return tables.layer_ranks(_mlm(run))[0][field]
 
 
 def picked_validation(run: str) -> float:
@@ -257,7 +257,7 @@ def recall_contrast(words: str, report_dir: str = BASED_PARTS) -> tuple[float, f
 def paired_points(terms: dict[str, float], metric: str, results: dict) -> tuple[float, float, float]:
     """The weighted sum of the runs' (or run@step's) `metric` in `terms`, paired by seed, as a report's contrast table
     computes it: the mean and its 95% interval's ends, in points."""
-    values = [report._term_values(term, metric, results) for term in terms]
+    values = [tables.term_values(term, metric, results) for term in terms]
     mean, half_width, _ = stats.paired_combination(list(zip(terms.values(), values)))
     return 100 * mean, 100 * (mean - half_width), 100 * (mean + half_width)
 
@@ -292,9 +292,9 @@ def rank_or_shape_accuracy(run: str, report_dir: str = RANK_OR_SHAPE) -> tuple[f
 def rank_or_shape_layers_mean(run: str, field: str, report_dir: str = RANK_OR_SHAPE) -> float:
     """The rank table's mean over layers, heads and seeds of a rank field or a shape metric."""
     evals = _results(report_dir)[run]
-    if field in {metric for metric, _ in report.SHAPE_COLUMNS.values()}:
-        return report._shape_mean(report.shape_rows(evals), field)
-    return report._rank_mean(evals, field)
+    if field in {metric for metric, _ in tables.SHAPE_COLUMNS.values()}:
+        return tables.shape_mean(tables.shape_rows(evals), field)
+    return tables.rank_mean(evals, field)
 
 
 # The controls' arms that land at or below elu + 1's accuracy, elu + 1 among them.
@@ -629,8 +629,8 @@ READINGS = [
             lambda: (min(pick_validation(BASED_LAYERS, "local_w4_taylor_d4_N16")),
                      max(pick_validation(BASED_LAYERS, "local_w4_taylor_d4_N16"))), ".2f"),
     Reading(RESULTS, "Taylor in the first layer has query rows of effective rank {} there, as Taylor in both layers ({})",
-            lambda: (report.layer_ranks(_results(BASED_LAYERS)["taylor_d4_local_w4_N16"])[0]["effective_rank"],
-                     report.layer_ranks(_results(BASED_LAYERS)["taylor_d4_N16"])[0]["effective_rank"]), ".2f"),
+            lambda: (tables.layer_ranks(_results(BASED_LAYERS)["taylor_d4_local_w4_N16"])[0]["effective_rank"],
+                     tables.layer_ranks(_results(BASED_LAYERS)["taylor_d4_N16"])[0]["effective_rank"]), ".2f"),
     Reading(README, "Taylor first recalls {}%, the window first {}%",
             lambda: (query_accuracy(BASED_LAYERS, "taylor_d4_local_w4_N16"),
                      query_accuracy(BASED_LAYERS, "local_w4_taylor_d4_N16"))),
@@ -648,9 +648,9 @@ READINGS = [
                      min(seed_accuracies(STATE_BIDIRECTIONAL, "gated_linear_d16_per_feature_N16"))), ".2f"),
     Reading(RESULTS, "at d' = 4 its 16 query rows have a numerical rank of {} in the first layer, where elu + 1's cannot "
             "pass {} ({})",
-            lambda: (report.layer_ranks(_results(STATE_BIDIRECTIONAL)["delta_d4_N16"])[0]["numerical_rank"],
+            lambda: (tables.layer_ranks(_results(STATE_BIDIRECTIONAL)["delta_d4_N16"])[0]["numerical_rank"],
                      bound_of(STATE_BIDIRECTIONAL, "linear_d4_N16"),
-                     report.layer_ranks(_results(STATE_BIDIRECTIONAL)["linear_d4_N16"])[0]["numerical_rank"]),
+                     tables.layer_ranks(_results(STATE_BIDIRECTIONAL)["linear_d4_N16"])[0]["numerical_rank"]),
             (".2f", "d", ".2f")),
     Reading(README, "state_bidirectional (the encoder form: DeltaNet {}% at d' = 16 and {}% at d' = 4, where elu + 1 "
             "reaches {}%)",
@@ -662,8 +662,8 @@ READINGS = [
             lambda: (*rank_or_shape_accuracy("softmax_centred"), *rank_or_shape_contrast("softmax with the centred"),
                      rank_or_shape_layers_mean("softmax_centred", "entropy_fraction"),
                      rank_or_shape_layers_mean("softmax", "entropy_fraction"),
-                     report._shape_mean(report.shape_rows(_results(RANK_OR_SHAPE)["softmax_centred"], layer=1),
-                                        "entropy_fraction"),
+                     tables.shape_mean(tables.shape_rows(_results(RANK_OR_SHAPE)["softmax_centred"], layer=1),
+                                       "entropy_fraction"),
                      rank_or_shape_layers_mean("softmax_centred", "effective_rank")),
             (".2f", ".2f", ".1f", "+.1f", "+.1f", ".3f", ".3f", ".3f", ".2f")),
     Reading(RESULTS, "elu + 1 with it reaches {} ± {}%, and its gap to softmax with the same convolution changes by {} "
@@ -857,7 +857,7 @@ def _seeds_above_every_predictor(run: str) -> int:
 
 
 def bound_of(report_dir: str, run: str) -> int:
-    return report.rank_bound(_results(report_dir)[run])
+    return tables.rank_bound(_results(report_dir)[run])
 
 
 CLAIMS = [  # (doc, words, whether the results bear them out)

@@ -13,7 +13,7 @@ import pytest
 from flax import nnx
 
 import tasks
-from analysis import report
+from analysis import rank_plots, report, tables
 from configs import common
 from models import MaskedLanguageModel
 from training import evaluation, loop, model_config
@@ -104,8 +104,8 @@ def test_a_toy_task_trains_evaluates_and_reports_through_the_generic_code(toy_ta
         results[kind] = [trained]
     path = report.write_report(toy_task, "tiny", "test", results, {}, str(tmp_path / "report"))
     text = open(path).read()
-    assert "# previous_token comparison" in text and report.accuracy_table(PreviousToken.METRICS, results) in text
-    assert os.path.exists(tmp_path / "report" / report.FEATURE_DIM_PLOT)
+    assert "# previous_token comparison" in text and tables.accuracy_table(PreviousToken.METRICS, results) in text
+    assert os.path.exists(tmp_path / "report" / rank_plots.FEATURE_DIM_PLOT)
     assert json.load(open(tmp_path / "report" / report.RESULTS_JSON)) == results
 
 
