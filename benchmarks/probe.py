@@ -20,6 +20,8 @@ import tempfile
 import time
 from collections.abc import Callable
 
+from studies import RUNS_JSON, report_dir
+
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUMMARY, RESULTS, LOGS = "summary.md", "results.json", "logs.txt"
 MAX_FILES = 8  # what a lent machine gives back from OUT
@@ -190,11 +192,24 @@ def resume_study(archive: str, study_folder: str) -> None:
         packed.extractall(study_folder, members=members, filter="data")
 
 
+def start_from_published(study_folder: str, task: str, preset: str) -> None:
+    """The committed runs.json of the study (task, preset), where it has one, in the report folder under
+    `study_folder` that has none (no --study_resume_from of it): scripts.compare then trains only the seeds and rate
+    picks it does not record, and the report that comes back merges them with the CPU's."""
+    published = os.path.join(REPOSITORY, report_dir("reports", task, preset), RUNS_JSON)
+    folder = report_dir(study_folder, task, preset)
+    if os.path.exists(published) and not os.path.exists(os.path.join(folder, RUNS_JSON)):
+        os.makedirs(folder, exist_ok=True)
+        shutil.copy(published, folder)
+
+
 def _study(probe: Probe, cap_s: float) -> list[str]:
     """The study --study (task:preset): its runs --study_runs (all where empty),
-    --study_seeds seeds each, in --study_dtype (the config's own where empty), --study_jobs at once (compare's
-    default, one per GPU, where 0); in a smoke run, the toy study its Sizes name in its place (PROBE_STUDY empty:
-    none)."""
+    --study_seeds seeds each (each run's own where 0), in --study_dtype (the config's own where empty), --study_jobs
+    at once (compare's default, one per GPU, where 0); in a smoke run, the toy study its Sizes name in its place
+    (PROBE_STUDY empty: none). In float32 its runs join the same study's CPU runs: it starts from the published
+    runs.json (start_from_published) and its matmuls run at the highest precision (a GPU's default is TF32's
+    10-bit mantissa)."""
     if not probe.options.study:
         raise Skipped("PROBE_STUDY is empty")
     sized = SIZES[getattr(probe, "size", "full")].study
@@ -207,8 +222,12 @@ def _study(probe: Probe, cap_s: float) -> list[str]:
     runs = [f"--only={options.study_runs}"] if options.study_runs else []
     dtype = [f"--config.compute_dtype={options.study_dtype}"] if options.study_dtype else []
     jobs = [f"--jobs={options.study_jobs}"] if options.study_jobs else []
+    seeds = [f"--seeds={options.study_seeds}"] if options.study_seeds else []
+    if options.study_dtype in ("", "float32"):  # its runs join the CPU's: the published seeds stay, matmuls exact
+        start_from_published(probe.path("study"), task, preset)
+        probe.env["JAX_DEFAULT_MATMUL_PRECISION"] = "highest"  # the last step: no later one inherits it
     return _module("scripts.compare", f"--task={task}", f"--preset={preset}", *runs, *jobs,
-                   f"--seeds={options.study_seeds}", f"--runs_dir={probe.path('study', 'runs')}",
+                   *seeds, f"--runs_dir={probe.path('study', 'runs')}",
                    f"--reports_dir={probe.path('study')}", "--", "--config.wandb.mode=disabled", *dtype)
 
 

@@ -25,7 +25,11 @@ under 15 s is skipped; benchmarks/probe.py):
                 without checkpoints come back as study.tgz, packed again every 30 s while it runs;
                 --study_resume_from=<an earlier study.tgz> skips the runs it finished and merges its runs.json.
                 Zoology's Figure 2 cells: --study=recall:zoology --study_runs= --study_seeds=1 --study_dtype=
-                --study_jobs=4 (small models: four share the GPU). With --smoke: mlm's tiny study, one seed
+                --study_jobs=4 (small models: four share the GPU). A float32 study (--study_dtype= or float32)
+                runs its matmuls at the highest precision, so its runs join CPU runs' contrasts: e.g. the controls'
+                seeds 3-4, --study=mlm:rank_or_shape_controls --study_runs=landmark32,softmax_capped
+                --study_seeds=0 --study_dtype= (and their borrowed runs' in mlm:rank_or_shape, a second call).
+                With --smoke: mlm's tiny study, one seed
 After every step --out holds summary.md, results.json (every step's status, seconds and findings), logs.txt
 (each step's log, cut to its head and tail) and the benchmarks' reports: at most 8 files, none in a folder,
 as a lent machine gives them back. WANDB_MODE=disabled throughout. Exit status 1 if a step failed or timed out.
@@ -58,7 +62,8 @@ flags.DEFINE_string("study", os.environ.get("PROBE_STUDY", "mlm:rank_or_shape"),
                     flag_values=FLAGS)
 flags.DEFINE_string("study_runs", "softmax_L512,linear_L512", "the study's runs it trains (empty: all)",
                     flag_values=FLAGS)
-flags.DEFINE_integer("study_seeds", 2, "seeds of each run", flag_values=FLAGS)
+flags.DEFINE_integer("study_seeds", 2, "seeds of each run (0: each run's own, as the study gives them)",
+                     lower_bound=0, flag_values=FLAGS)
 flags.DEFINE_string("study_dtype", "bfloat16", "the study's config.compute_dtype (empty: the config's own)",
                     flag_values=FLAGS)
 flags.DEFINE_string("study_resume_from", "", "a study.tgz an earlier probe brought back: its finished runs are "

@@ -139,7 +139,10 @@ def test_the_study_step_trains_the_rank_or_shape_arms_at_512_in_bfloat16_by_defa
     defaults = types.SimpleNamespace(study="mlm:rank_or_shape", study_runs=gpu_probe.FLAGS.study_runs,
                                      study_seeds=gpu_probe.FLAGS.study_seeds, study_dtype=gpu_probe.FLAGS.study_dtype,
                                      study_jobs=gpu_probe.FLAGS.study_jobs)
-    command = probe._study(types.SimpleNamespace(options=defaults, path=lambda *parts: str(tmp_path.joinpath(*parts))), 60)
+    bfloat16 = types.SimpleNamespace(options=defaults, path=lambda *parts: str(tmp_path.joinpath(*parts)), env={})
+    command = probe._study(bfloat16, 60)
+    # Apart from the CPU's runs: nothing published is read, and matmuls keep the GPU's default.
+    assert bfloat16.env == {} and not (tmp_path / "study").exists()
     study_dirs = [f"--runs_dir={tmp_path / 'study' / 'runs'}", f"--reports_dir={tmp_path / 'study'}", "--",
                   "--config.wandb.mode=disabled"]
     assert command[command.index("-m") + 1:] == [
@@ -149,12 +152,20 @@ def test_the_study_step_trains_the_rank_or_shape_arms_at_512_in_bfloat16_by_defa
     assert {"softmax_L512", "linear_L512"} <= {run.name for run in mlm.STUDIES["rank_or_shape"]().runs}
     # Zoology's cells, as the docstring gives them: every run, one seed, the config's float32.
     zoology = types.SimpleNamespace(study="recall:zoology", study_runs="", study_seeds=1, study_dtype="", study_jobs=4)
-    command = probe._study(types.SimpleNamespace(options=zoology, path=lambda *parts: str(tmp_path.joinpath(*parts))), 60)
+    float32 = types.SimpleNamespace(options=zoology, path=lambda *parts: str(tmp_path.joinpath(*parts)), env={})
+    command = probe._study(float32, 60)
     assert command[command.index("-m") + 1:] == [
         "scripts.compare", "--task=recall", "--preset=zoology", "--jobs=4", "--seeds=1", *study_dirs]
+    # Float32 runs join the CPU's: at the highest matmul precision, beside the seeds the published runs.json records.
+    assert float32.env == {"JAX_DEFAULT_MATMUL_PRECISION": "highest"}
+    published = os.path.join(probe.REPOSITORY, "reports", "recall", "zoology", "runs.json")
+    assert (tmp_path / "study" / "recall" / "zoology" / "runs.json").read_bytes() == open(published, "rb").read()
+    own_seeds = types.SimpleNamespace(options=types.SimpleNamespace(**{**vars(zoology), "study_seeds": 0}),
+                                      path=float32.path, env={})
+    assert not any(arg.startswith("--seeds") for arg in probe._study(own_seeds, 60))  # each run's own
     bare = types.SimpleNamespace(**{**vars(zoology), "study": "rank_or_shape"})
     with pytest.raises(probe.Refused, match="--study=rank_or_shape: name the task too, task:preset"):
-        probe._study(types.SimpleNamespace(options=bare, path=str), 60)
+        probe._study(types.SimpleNamespace(options=bare, path=str, env={}), 60)
 
 
 def _study_folder(tmp_path):
@@ -238,7 +249,8 @@ def test_the_smoke_study_step_trains_the_tiny_study_whatever_study_is_named(tmp_
     which no CPU finishes in the smoke's budget."""
     named = types.SimpleNamespace(study="mlm:rank_or_shape", study_runs="softmax_L512", study_seeds=2,
                                   study_dtype="bfloat16", study_jobs=0)
-    smoke = types.SimpleNamespace(options=named, size="smoke", path=lambda *parts: str(tmp_path.joinpath(*parts)))
+    smoke = types.SimpleNamespace(options=named, size="smoke", path=lambda *parts: str(tmp_path.joinpath(*parts)),
+                                  env={})
     command = probe._study(smoke, 60)
     assert command[command.index("scripts.compare") + 1:] == [
         "--task=mlm", "--preset=tiny", "--seeds=1", f"--runs_dir={tmp_path / 'study' / 'runs'}",
