@@ -441,12 +441,19 @@ def restore_latest_model(task, config, workdir: str):
         if checkpoints.latest_step() is None:
             raise workdirs.WorkdirError(f"{directory}: no checkpoint; train first")
         data = task.prepare_data(config, workdir)
-        model = task.create_model(config, data)
-        _, state = init_state(model, create_optimizer(config))  # the layout training checkpointed
-        state, _ = sharding.put_state(state, sharding.data_mesh(), config.sharding.params)
-        step, state, _ = checkpoints.restore_latest(state)
+        # Shapes only: an initialisation computed here (seconds of small compilations) would be overwritten.
+        model = nnx.eval_shape(lambda: task.create_model(config, data))
+        step, state, _ = checkpoints.restore_latest(_abstract_state(task, config, data))
     nnx.update(model, state["params"], state["rest"])
     return step, model, data
+
+
+def _abstract_state(task, config, data) -> dict:
+    """The train state's shapes, dtypes and shardings on the data mesh, as training checkpointed it, computing
+    nothing: what a checkpoint restores onto."""
+    state = jax.eval_shape(lambda: init_state(task.create_model(config, data), create_optimizer(config))[1])
+    shardings = sharding.state_shardings(state, sharding.data_mesh(), config.sharding.params)
+    return jax.tree.map(lambda x, where: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=where), state, shardings)
 
 
 def _evaluate_latest(config, workdir: str) -> dict:
