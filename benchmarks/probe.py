@@ -20,7 +20,7 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from studies import RUNS_JSON, report_dir
+from studies import COMPILATION_CACHE_DIR, RUNS_JSON, report_dir
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUMMARY, RESULTS, LOGS = "summary.md", "results.json", "logs.txt"
@@ -32,9 +32,9 @@ KILL_AFTER_S = 10  # a step at its cap gets SIGTERM, then SIGKILL this much late
 # OUT is written again this often while a step with reports runs: a study's finished runs come back even where the
 # machine is taken before the step ends.
 PACK_EVERY_S = 30
-# What a folder packed into OUT leaves out: the runs' checkpoints and profiles (what a report or a resumed study needs
-# is each run's config.json, eval.json, metrics.jsonl and spectra.json).
-UNPACKED_FOLDERS = ("checkpoints", "profile")
+# What a folder packed into OUT leaves out: the runs' checkpoints and profiles, the study's compilation cache (what a
+# report or a resumed study needs is each run's config.json, eval.json, metrics.jsonl and spectra.json).
+UNPACKED_FOLDERS = ("checkpoints", "profile", COMPILATION_CACHE_DIR)
 PER_TEST_TIMEOUT_S = 90
 GPU_TEST_FILES = ("tests/test_fused_attention.py", "tests/test_linear_paths.py", "tests/test_mixed_precision.py")
 # Dense bfloat16 peak FLOP/s of NVIDIA's datasheets (without sparsity), by a part of the device kind JAX

@@ -5,6 +5,7 @@ JAX, reads where a study reports from it."""
 import os
 
 RUNS_JSON = "runs.json"  # beside a study's report: every run's seeds' results, curves and pick (runner.py)
+COMPILATION_CACHE_DIR = "compilation_cache"  # under a study's --runs_dir: JAX's, shared by its training processes
 
 
 class StudyError(Exception):

@@ -96,6 +96,7 @@ def _train_timed(command: list[str], workdir: str, env: dict[str, str] | None) -
 DATA_POLL_S = 1.0  # how often the first job's workdir is looked at for its config.json
 STATUS_EVERY_S = 30.0  # how often each running job's last progress line is printed
 TRAIN_LOG = "train.log"
+COMPILATION_CACHE_VARIABLE = "JAX_COMPILATION_CACHE_DIR"  # read by JAX when it starts
 _PROGRESS_LINE = re.compile(r"^(?:\[[^\]]+\] )?step \d+/\d+ .*$", re.MULTILINE)  # training/loop.py's, packed.py's
 _TAIL_BYTES = 16_384  # the end of a train.log that holds its last progress line
 
@@ -208,8 +209,16 @@ def _in_use(jobs: list[Job]) -> list[Job]:
     return held
 
 
-def run_jobs(jobs: list[Job], workers: int | None) -> list[str]:
-    """Trains the unfinished jobs, `workers` at a time (None: `job_environments`' default), printing a
+def with_compilation_cache(environments: list[dict | None], cache_dir: str) -> list[dict]:
+    """The environments with JAX's persistent compilation cache in `cache_dir` (unless the caller's environment
+    names one): a study's seeds run one program, compiled once (the tiny MLM run: 18.5 s cold, 11.7 s warm)."""
+    cache = os.environ.get(COMPILATION_CACHE_VARIABLE, cache_dir)
+    return [{**(env if env is not None else os.environ), COMPILATION_CACHE_VARIABLE: cache} for env in environments]
+
+
+def run_jobs(jobs: list[Job], workers: int | None, compilation_cache: str | None = None) -> list[str]:
+    """Trains the unfinished jobs, `workers` at a time (None: `job_environments`' default), sharing JAX's
+    compilation cache in `compilation_cache` where given, printing a
     progress line as each ends (and one for each job finished earlier, skipped); returns the labels of the
     jobs that failed. A job whose workdir another process trains (it holds the workdir's lock, before or
     when this one's train.py starts: two studies started at once) is said to be trained by another process,
@@ -225,6 +234,8 @@ def run_jobs(jobs: list[Job], workers: int | None) -> list[str]:
         environments = job_environments(workers) if pending else [None]
     except ValueError as error:
         raise StudyError(str(error)) from None
+    if compilation_cache:
+        environments = with_compilation_cache(environments, compilation_cache)
     with children.ended_on_exit():
         for index, (label, workdir, ok, seconds) in enumerate(train_all(pending, environments),
                                                               len(skipped) + len(held) + 1):

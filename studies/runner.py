@@ -12,7 +12,7 @@ from analysis import plots, rank_plots, report, tables
 from configs.grids import Pick, Run, Study
 from runtime import atomic, devices
 from runtime.workdirs import WorkdirError, read_json
-from studies import RUNS_JSON, StudyError, catalog, report_dir
+from studies import COMPILATION_CACHE_DIR, RUNS_JSON, StudyError, catalog, report_dir
 from studies.catalog import get_study, study_name
 from studies.jobs import Job, is_finished, packed_command, run_jobs, train_command
 from training import evaluation, packed
@@ -43,6 +43,10 @@ class StudyRun:
 
     def workdir(self, run: Run, seed: int) -> str:
         return run_workdir(self.runs_dir, self.task, self.preset, run, seed)
+
+    @property
+    def compilation_cache(self) -> str:
+        return os.path.join(self.runs_dir, COMPILATION_CACHE_DIR)
 
 
 def part_runs(runs: list[Run], part: str) -> list[Run]:
@@ -365,7 +369,7 @@ def _picked(context: StudyRun, runs: list[Run], recorded: dict[str, dict]) -> tu
         jobs = _jobs(context, [c for choices in candidates.values() for c in choices],
                      {name: [0] for name in workdirs}, workdirs)
     # A candidate that fails (a rate that diverges) is an outcome of the pick, not a failure of the study.
-    run_jobs(jobs, context.workers)
+    run_jobs(jobs, context.workers, context.compilation_cache)
     picks = {**picked_elsewhere, **{name: record for name, choices in candidates.items()
                                     if (record := pick_record(tasks.get(context.task).METRICS[0], pick,
                                                               [workdirs[choice.name][0] for choice in choices]))}}
@@ -413,7 +417,7 @@ def run_study(task: str, preset: str, options, extra: list[str], command: str) -
         seeds = {run.name: _seeds_to_train(context, run, recorded.get(run.name), options.seeds) for run in chosen}
         workdirs = {run.name: [context.workdir(run, seed) for seed in seeds[run.name]] for run in chosen}
         try:
-            failed = run_jobs(_jobs(context, chosen, seeds, workdirs), options.jobs)
+            failed = run_jobs(_jobs(context, chosen, seeds, workdirs), options.jobs, context.compilation_cache)
         except SystemExit:  # stopped (SIGTERM, SIGINT: a time limit, say): the runs that finished are reported
             _report(context, workdirs, picks)
             raise

@@ -498,6 +498,7 @@ class FakeTrain:
 
     def __init__(self, fail=(), validation=lambda rate: 0.4, examples=False):
         self.fail, self.commands, self.validation, self.examples = set(fail), [], validation, examples
+        self.environments = []
 
     def __call__(self, command, workdir, env):
         if members := [arg for arg in command if arg.startswith(jobs.PACK_FLAG)]:
@@ -509,6 +510,7 @@ class FakeTrain:
             return all([self(single, member_dir, env) for member_dir, single in alone
                         if not jobs.is_finished(member_dir)])
         self.commands.append(command)
+        self.environments.append(env)
         run, seed = workdir.split(os.sep)[-2:]
         if f"{run} {seed}" in self.fail:
             return False
@@ -544,7 +546,7 @@ def test_a_study_stopped_while_its_seeds_train_reports_the_runs_that_finished(tm
     before it are recorded and reported, then the study stops with the signal's status."""
     fake = FakeTrain()
 
-    def stopped_after_softmax(jobs_to_run, workers):
+    def stopped_after_softmax(jobs_to_run, workers, compilation_cache):
         for label, command, workdir in jobs_to_run:
             if label.startswith("softmax "):
                 os.makedirs(workdir, exist_ok=True)
@@ -578,12 +580,16 @@ def test_a_report_goes_under_runs_unless_published_to_the_committed_tree(tmp_pat
 
 
 def test_main_trains_every_run_and_seed_then_reports_and_skips_them_next_time(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv(jobs.COMPILATION_CACHE_VARIABLE, raising=False)  # the suite's own (conftest.py) would win
     fake = FakeTrain()
     monkeypatch.setattr(jobs, "train", fake)
     _main(tmp_path, "--pack=on", "--", "--config.wandb.mode=disabled")
     study = catalog.get_study("mlm", "quick")
     assert len(fake.commands) == len(study.runs) * study.seeds
     assert all(command[-1] == "--config.wandb.mode=disabled" for command in fake.commands)
+    # Every training process of the study shares one compilation cache: a run's seeds compile their program once.
+    assert {env[jobs.COMPILATION_CACHE_VARIABLE] for env in fake.environments} == {
+        str(tmp_path / "runs" / "compilation_cache")}
     output = capsys.readouterr().out
     # Packed by default: one job a run, its seeds' workdirs in one train.py --pack each.
     assert f"[{len(study.runs)}/{len(study.runs)}]" in output and "FAILED" not in output
