@@ -30,6 +30,7 @@ def rank_study_sections(metrics: tuple[str, ...], results: dict[str, list[dict]]
     if spectra:
         rank_plots.plot_spectra_by_run(results, spectra, os.path.join(out_dir, rank_plots.SPECTRA_PLOT))
         images.append(("layer-0 singular values", rank_plots.SPECTRA_PLOT))
+    signed = tables.signed_rows_table(results)
     return [
         "## Test metrics\n\nFeature dim: the rank bound of the encoder self-attention (of the cross-attention "
         "for a model without one, the RNN; \"-\": none). "
@@ -48,6 +49,9 @@ def rank_study_sections(metrics: tuple[str, ...], results: dict[str, list[dict]]
         *(["## Attention rank by role\n\nEvery role of each run, means over layers, heads, analysed examples "
            "and seeds; a causal role has no bound (its triangular mask lifts it).", tables.role_rank_table(results)]
           if any(len(evals[0]["attention"]) > 1 for evals in results.values()) else []),
+        *(["## Signed rows\n\nThe reported role's weights, all of its query rows: the share of their absolute mass "
+           "below 0 and how far each row sums from 1 (both 0 for rows that are distributions), means over layers, "
+           "heads and seeds.", signed] if signed else []),
         "## Plots",
         *(f"![{title}]({file})" for title, file in images),
     ]

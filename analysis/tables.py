@@ -79,6 +79,21 @@ def shape_cells(rows: list[dict]) -> str:
                       for metric, spec in SHAPE_COLUMNS.values()) + " |"
 
 
+def signed_rows_table(results: dict[str, list[dict]]) -> str:
+    """Per run, where any run records them: the share of its weights' absolute mass below 0 and the mean |row sum
+    - 1| over the reported role's query rows, means over layers, heads and seeds ("-": an eval.json written before
+    the fields); empty where none records them."""
+    signed = {name: [row for row in shape_rows(evals) if "negative_mass" in row] for name, evals in results.items()}
+    if not any(signed.values()):
+        return ""
+    lines = ["| run | kind | negative mass | mean abs(row sum - 1) |", "|---|---|---:|---:|"]
+    for name, rows in signed.items():
+        cells = [dash_if_none(shape_mean(rows, metric) if rows else None, ".3f")
+                 for metric in ("negative_mass", "row_sum_deviation")]
+        lines.append(f"| {name} | {kind_of(results[name])} | {' | '.join(cells)} |")
+    return "\n".join(lines)
+
+
 def accuracy_table(metrics: tuple[str, ...], results: dict[str, list[dict]]) -> str:
     """Test metrics per run (a task's METRICS): the headline as mean ± std over seeds ("-": one seed), the
     others as means; and the value each run picked on validation, where a study picks one."""

@@ -152,6 +152,17 @@ RESULTS = {
 }
 
 
+def test_the_signed_rows_table_gives_each_runs_negative_mass_and_row_sums_where_recorded():
+    signed = _eval("softmax_rank", 0.5, 1.0, 2.7, [20.0, 10.0], 32, entropies=[2.0, 3.0])
+    for row, (mass, deviation) in zip(signed["shape"][:2], [(0.02, 0.1), (0.04, 0.3)]):
+        row.update(negative_mass=mass, row_sum_deviation=deviation)
+    older = _eval("softmax", 0.6, 1.0, 2.7, [30.0, 20.0], None, entropies=[2.0, 3.0])  # before the fields
+    assert tables.signed_rows_table({"softmax": [older]}) == ""
+    assert tables.signed_rows_table({"rank": [signed], "softmax": [older]}).splitlines() == [
+        "| run | kind | negative mass | mean abs(row sum - 1) |", "|---|---|---:|---:|",
+        "| rank | softmax_rank | 0.030 | 0.200 |", "| softmax | softmax | - | - |"]
+
+
 def test_accuracy_table_means_and_sample_stds_over_seeds():
     # softmax: std of (0.5, 0.6) = 0.05 sqrt(2) = 0.0707; linear: std of (0.4, 0.44) = 0.02 sqrt(2) = 0.0283.
     assert tables.accuracy_table(mlm.METRICS, RESULTS) == "\n".join([
