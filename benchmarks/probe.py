@@ -20,8 +20,6 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from studies import COMPILATION_CACHE_DIR, RUNS_JSON, report_dir
-
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUMMARY, RESULTS, LOGS = "summary.md", "results.json", "logs.txt"
 MAX_FILES = 8  # what a lent machine gives back from OUT
@@ -32,9 +30,9 @@ KILL_AFTER_S = 10  # a step at its cap gets SIGTERM, then SIGKILL this much late
 # OUT is written again this often while a step with reports runs: a study's finished runs come back even where the
 # machine is taken before the step ends.
 PACK_EVERY_S = 30
-# What a folder packed into OUT leaves out: the runs' checkpoints and profiles, the study's compilation cache (what a
-# report or a resumed study needs is each run's config.json, eval.json, metrics.jsonl and spectra.json).
-UNPACKED_FOLDERS = ("checkpoints", "profile", COMPILATION_CACHE_DIR)
+# What a folder packed into OUT leaves out: the runs' checkpoints and profiles (what a report or a resumed study needs
+# is each run's config.json, eval.json, metrics.jsonl and spectra.json).
+UNPACKED_FOLDERS = ("checkpoints", "profile")
 PER_TEST_TIMEOUT_S = 90
 GPU_TEST_FILES = ("tests/test_fused_attention.py", "tests/test_linear_paths.py", "tests/test_mixed_precision.py")
 # Dense bfloat16 peak FLOP/s of NVIDIA's datasheets (without sparsity), by a part of the device kind JAX
@@ -192,23 +190,12 @@ def resume_study(archive: str, study_folder: str) -> None:
         packed.extractall(study_folder, members=members, filter="data")
 
 
-def start_from_published(study_folder: str, task: str, preset: str) -> None:
-    """The committed runs.json of the study (task, preset), where it has one, in the report folder under
-    `study_folder` that has none (no --study_resume_from of it): scripts.compare then trains only the seeds and rate
-    picks it does not record, and the report that comes back merges them with the CPU's."""
-    published = os.path.join(REPOSITORY, report_dir("reports", task, preset), RUNS_JSON)
-    folder = report_dir(study_folder, task, preset)
-    if os.path.exists(published) and not os.path.exists(os.path.join(folder, RUNS_JSON)):
-        os.makedirs(folder, exist_ok=True)
-        shutil.copy(published, folder)
-
-
 def _study(probe: Probe, cap_s: float) -> list[str]:
     """The study --study (task:preset): its runs --study_runs (all where empty),
     --study_seeds seeds each (each run's own where 0), in --study_dtype (the config's own where empty), --study_jobs
     at once (compare's default, one per GPU, where 0); in a smoke run, the toy study its Sizes name in its place
     (PROBE_STUDY empty: none). In float32 its runs join the same study's CPU runs: it starts from the published
-    runs.json (start_from_published) and its matmuls run at the highest precision (a GPU's default is TF32's
+    runs.json (compare's --from_published) and its matmuls run at the highest precision (a GPU's default is TF32's
     10-bit mantissa)."""
     if not probe.options.study:
         raise Skipped("PROBE_STUDY is empty")
@@ -223,11 +210,13 @@ def _study(probe: Probe, cap_s: float) -> list[str]:
     dtype = [f"--config.compute_dtype={options.study_dtype}"] if options.study_dtype else []
     jobs = [f"--jobs={options.study_jobs}"] if options.study_jobs else []
     seeds = [f"--seeds={options.study_seeds}"] if options.study_seeds else []
+    joins = []
     if options.study_dtype in ("", "float32"):  # its runs join the CPU's: the published seeds stay, matmuls exact
-        start_from_published(probe.path("study"), task, preset)
+        joins = ["--from_published"]
         probe.env["JAX_DEFAULT_MATMUL_PRECISION"] = "highest"  # the last step: no later one inherits it
-    return _module("scripts.compare", f"--task={task}", f"--preset={preset}", *runs, *jobs,
-                   *seeds, f"--runs_dir={probe.path('study', 'runs')}",
+    # The compilation cache outside the study's folder, which comes back packed.
+    return _module("scripts.compare", f"--task={task}", f"--preset={preset}", *runs, *jobs, *seeds, *joins,
+                   f"--compilation_cache={probe.path('compilation_cache')}", f"--runs_dir={probe.path('study', 'runs')}",
                    f"--reports_dir={probe.path('study')}", "--", "--config.wandb.mode=disabled", *dtype)
 
 

@@ -86,6 +86,11 @@ def define_study_flags(flag_values: flags.FlagValues) -> None:
                         f"{DRAFT_REPORTS} (untracked), or with --publish {PUBLISHED_REPORTS}", flag_values=flag_values)
     flags.DEFINE_bool("publish", False, f"refresh the committed report, under {PUBLISHED_REPORTS}/, instead of "
                       f"writing one under {DRAFT_REPORTS}/", flag_values=flag_values)
+    flags.DEFINE_bool("from_published", False, f"where the report folder has no runs.json yet, start from the "
+                      f"committed one under {PUBLISHED_REPORTS}/: the seeds and rate picks it records are read, not "
+                      "trained again (another machine adding seeds to the CPU's runs)", flag_values=flag_values)
+    flags.DEFINE_string("compilation_cache", "", "JAX's compilation cache, shared by the study's training processes "
+                        "(default <runs_dir>/compilation_cache)", flag_values=flag_values)
 
 
 def reports_dir(args) -> str:

@@ -6,6 +6,7 @@ the one best on validation."""
 import dataclasses
 import json
 import os
+import shutil
 
 import tasks
 from analysis import plots, rank_plots, report, tables
@@ -36,6 +37,7 @@ class StudyRun:
     command: str  # the command line, as the report's "Produced by" names it
     workers: int | None = None  # training processes at once (None: one per device)
     pack: bool = False  # each run's seeds (and a packable pick's candidates) as one program
+    compilation_cache: str | None = None  # JAX's, shared by the training processes
 
     @property
     def group(self) -> str:
@@ -44,9 +46,6 @@ class StudyRun:
     def workdir(self, run: Run, seed: int) -> str:
         return run_workdir(self.runs_dir, self.task, self.preset, run, seed)
 
-    @property
-    def compilation_cache(self) -> str:
-        return os.path.join(self.runs_dir, COMPILATION_CACHE_DIR)
 
 
 def part_runs(runs: list[Run], part: str) -> list[Run]:
@@ -377,6 +376,16 @@ def _picked(context: StudyRun, runs: list[Run], recorded: dict[str, dict]) -> tu
             for run in runs if run.name in picks], picks
 
 
+def start_from_published(context: StudyRun) -> None:
+    """The committed runs.json of the study, where it has one, in the report folder that has none: the seeds and
+    picks it records are then read, not trained again (_picked, _seeds_to_train), and the report merges them."""
+    published = os.path.join(REPOSITORY, report_dir("reports", context.task, context.preset), RUNS_JSON)
+    if os.path.exists(published) and not os.path.exists(os.path.join(context.out_dir, RUNS_JSON)):
+        os.makedirs(context.out_dir, exist_ok=True)
+        shutil.copy(published, context.out_dir)
+        print(f"started from {published}", flush=True)
+
+
 def _seeds_to_train(context: StudyRun, run: Run, record: dict | None, count: int) -> list[int]:
     """The run's seeds (`count`, else the study's for the run) but those that runs.json records (`record`) and
     that have no workdir here: trained on another machine, or here before the workdirs went, they are read, not
@@ -406,10 +415,13 @@ def run_study(task: str, preset: str, options, extra: list[str], command: str) -
     except ValueError as error:
         raise StudyError(str(error)) from None
     # Absolute: train.py runs in the repository root, while relative flags mean the caller's directory.
-    context = StudyRun(task, preset, study, os.path.abspath(options.runs_dir),
-                       report_dir(options.reports_dir, task, preset), extra, command, options.jobs,
-                       _packs(options.pack, task, study, runs))
+    runs_dir = os.path.abspath(options.runs_dir)
+    context = StudyRun(task, preset, study, runs_dir, report_dir(options.reports_dir, task, preset), extra, command,
+                       options.jobs, _packs(options.pack, task, study, runs),
+                       os.path.abspath(options.compilation_cache or os.path.join(runs_dir, COMPILATION_CACHE_DIR)))
     runs_json = os.path.join(context.out_dir, RUNS_JSON)
+    if options.from_published:
+        start_from_published(context)
     # Read before hours of training, not after: a copy that does not read is named now.
     recorded = read_study_file(runs_json, task, preset) if os.path.exists(runs_json) else {}
     try:  # a workdir's config.json or eval.json that does not read names itself

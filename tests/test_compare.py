@@ -778,6 +778,18 @@ def test_more_seeds_of_a_run_join_those_trained_elsewhere_without_picking_again(
     text = (tmp_path / "reports" / "mlm" / "report.md").read_text()
     assert "| linear | linear | 32 | 4 | 0.5150 ± 0.0129 |" in text
 
+    # Another machine (a GPU) with neither these workdirs nor this report folder starts from the published report.
+    monkeypatch.setattr(runner, "REPOSITORY", str(tmp_path))
+    more = grids.Study(study.config, {}, [dataclasses.replace(runs[0], seeds=3), runs[1]], seeds=2, pick=study.pick)
+    elsewhere = FakeTrain()
+    monkeypatch.setattr(jobs, "train", elsewhere)
+    compare.main(["--task=mlm", f"--runs_dir={tmp_path / 'gpu'}", f"--reports_dir={tmp_path / 'gpu'}",
+                  "--from_published", "--jobs=1"])
+    assert [next(arg for arg in command if arg.startswith("--workdir=")) for command in elsewhere.commands] == [
+        f"--workdir={tmp_path / 'gpu' / 'mlm' / 'quick' / 'softmax' / 'seed2'}"]
+    recorded = json.loads((tmp_path / "gpu" / "mlm" / runner.RUNS_JSON).read_text())
+    assert [len(recorded[name]["results"]) for name in ("softmax", "linear")] == [3, 4]
+
 
 def test_a_run_with_seeds_of_its_own_cannot_be_in_a_sweep():
     with pytest.raises(ValueError, match="runs linear set their own seeds"):

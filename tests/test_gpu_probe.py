@@ -142,9 +142,9 @@ def test_the_study_step_trains_the_rank_or_shape_arms_at_512_in_bfloat16_by_defa
     bfloat16 = types.SimpleNamespace(options=defaults, path=lambda *parts: str(tmp_path.joinpath(*parts)), env={})
     command = probe._study(bfloat16, 60)
     # Apart from the CPU's runs: nothing published is read, and matmuls keep the GPU's default.
-    assert bfloat16.env == {} and not (tmp_path / "study").exists()
-    study_dirs = [f"--runs_dir={tmp_path / 'study' / 'runs'}", f"--reports_dir={tmp_path / 'study'}", "--",
-                  "--config.wandb.mode=disabled"]
+    assert bfloat16.env == {}
+    study_dirs = [f"--compilation_cache={tmp_path / 'compilation_cache'}", f"--runs_dir={tmp_path / 'study' / 'runs'}",
+                  f"--reports_dir={tmp_path / 'study'}", "--", "--config.wandb.mode=disabled"]
     assert command[command.index("-m") + 1:] == [
         "scripts.compare", "--task=mlm", "--preset=rank_or_shape", "--only=softmax_L512,linear_L512", "--seeds=2",
         *study_dirs, "--config.compute_dtype=bfloat16"]
@@ -154,12 +154,11 @@ def test_the_study_step_trains_the_rank_or_shape_arms_at_512_in_bfloat16_by_defa
     zoology = types.SimpleNamespace(study="recall:zoology", study_runs="", study_seeds=1, study_dtype="", study_jobs=4)
     float32 = types.SimpleNamespace(options=zoology, path=lambda *parts: str(tmp_path.joinpath(*parts)), env={})
     command = probe._study(float32, 60)
+    # Float32 runs join the CPU's: beside the seeds the published runs.json records, at the highest matmul precision.
     assert command[command.index("-m") + 1:] == [
-        "scripts.compare", "--task=recall", "--preset=zoology", "--jobs=4", "--seeds=1", *study_dirs]
-    # Float32 runs join the CPU's: at the highest matmul precision, beside the seeds the published runs.json records.
+        "scripts.compare", "--task=recall", "--preset=zoology", "--jobs=4", "--seeds=1", "--from_published",
+        *study_dirs]
     assert float32.env == {"JAX_DEFAULT_MATMUL_PRECISION": "highest"}
-    published = os.path.join(probe.REPOSITORY, "reports", "recall", "zoology", "runs.json")
-    assert (tmp_path / "study" / "recall" / "zoology" / "runs.json").read_bytes() == open(published, "rb").read()
     own_seeds = types.SimpleNamespace(options=types.SimpleNamespace(**{**vars(zoology), "study_seeds": 0}),
                                       path=float32.path, env={})
     assert not any(arg.startswith("--seeds") for arg in probe._study(own_seeds, 60))  # each run's own
@@ -253,5 +252,6 @@ def test_the_smoke_study_step_trains_the_tiny_study_whatever_study_is_named(tmp_
                                   env={})
     command = probe._study(smoke, 60)
     assert command[command.index("scripts.compare") + 1:] == [
-        "--task=mlm", "--preset=tiny", "--seeds=1", f"--runs_dir={tmp_path / 'study' / 'runs'}",
+        "--task=mlm", "--preset=tiny", "--seeds=1", "--from_published",
+        f"--compilation_cache={tmp_path / 'compilation_cache'}", f"--runs_dir={tmp_path / 'study' / 'runs'}",
         f"--reports_dir={tmp_path / 'study'}", "--", "--config.wandb.mode=disabled"]
