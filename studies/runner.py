@@ -47,7 +47,6 @@ class StudyRun:
         return run_workdir(self.runs_dir, self.task, self.preset, run, seed)
 
 
-
 def part_runs(runs: list[Run], part: str) -> list[Run]:
     """Part "k/n" of `runs`: the k-th of n consecutive slices about equal in runs; all of them for an empty
     `part`. Each of n <= len(runs) parts has a run; a part of more parts than runs may have none, an error
