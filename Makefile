@@ -37,7 +37,7 @@ eval: setup
 # marked `accelerator` on it, in one process (several would each take the device).
 # The 15 slowest tests end the output: the suite's budget is 6 minutes on 2 cores.
 test: setup
-	$(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
+	$(PY) -m pytest -n auto --dist loadfile --durations=15 $(PYTEST_ARGS)
 
 test-accelerator: setup
 	TEST_ACCELERATOR=1 $(PY) -m pytest -m accelerator $(PYTEST_ARGS)

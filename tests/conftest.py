@@ -2,7 +2,6 @@
 import collections
 import contextlib
 import fcntl
-import json
 import os
 import shutil
 import subprocess
@@ -75,23 +74,16 @@ def pytest_unconfigure(config):
 
 
 # ---- the longest files first -------------------------------------------------------------------------
-# `make test` hands whole files to its workers (--dist loadfile, --no-loadscope-reorder: xdist would otherwise
-# order them by their number of tests): a long file started last keeps one worker busy while the others have
-# nothing left. So the files go out longest first, by their seconds in the last run that ran them (pytest's cache,
-# .pytest_cache), else in the committed SECONDS_FILE (a clean clone: CI); files neither has, in collection order
-# after. `TEST_RECORD_SECONDS=1 make test` writes this run's seconds to SECONDS_FILE.
+# `make test` hands whole files to its workers (--dist loadfile): a long file started last keeps one worker
+# busy while the others have nothing left. So the files go out longest first, by their seconds in the
+# last run that ran them (pytest's cache, .pytest_cache); files it did not run, in collection order after.
 _SECONDS_KEY = "attention-lab/seconds-per-file"
-SECONDS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "seconds_per_file.json")
 _seconds = collections.Counter()  # this session's, per file: setup, call and teardown of its tests
 
 
 def _last_seconds(config) -> dict:
     cache = getattr(config, "cache", None)  # None under -p no:cacheprovider
-    committed = {}
-    if os.path.exists(SECONDS_FILE):
-        with open(SECONDS_FILE) as f:
-            committed = json.load(f)
-    return {**committed, **(cache.get(_SECONDS_KEY, {}) if cache else {})}
+    return cache.get(_SECONDS_KEY, {}) if cache else {}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -104,14 +96,8 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_sessionfinish(session):
-    if hasattr(session.config, "workerinput"):  # xdist's controller has every file's seconds, a worker its own
-        return
-    if getattr(session.config, "cache", None):
+    if getattr(session.config, "cache", None) and not hasattr(session.config, "workerinput"):
         session.config.cache.set(_SECONDS_KEY, {**_last_seconds(session.config), **_seconds})
-    if os.environ.get("TEST_RECORD_SECONDS") == "1":
-        with open(SECONDS_FILE, "w") as f:
-            json.dump({name: round(seconds, 1) for name, seconds in sorted(_seconds.items())}, f, indent=1)
-            f.write("\n")
 
 
 def _where_tests_ran() -> str:
