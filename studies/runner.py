@@ -13,12 +13,14 @@ from analysis import plots, rank_plots, report, tables
 from configs.grids import Pick, Run, Study
 from runtime import atomic, devices
 from runtime.workdirs import WorkdirError, read_json
-from studies import COMPILATION_CACHE_DIR, RUNS_JSON, StudyError, catalog, report_dir
+from studies import StudyError, catalog
 from studies.catalog import get_study, study_name
 from studies.jobs import Job, is_finished, packed_command, run_jobs, train_command
 from training import evaluation, packed
 from training.metrics import read_metrics
 
+RUNS_JSON = "runs.json"
+COMPILATION_CACHE_DIR = "compilation_cache"  # under --runs_dir by default: JAX's, shared by the study's processes
 # The repository's root: a borrowed run is read from the published reports whatever --reports_dir this study uses.
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PICK_DIR = "pick"  # under a run's directory: the workdirs of its candidates
@@ -109,6 +111,11 @@ def borrowed_records(study: Study, task: str) -> dict[str, dict]:
 
 def run_workdir(runs_dir: str, task: str, preset: str, run: Run, seed: int) -> str:
     return os.path.join(runs_dir, task, preset, run.name, f"seed{seed}")
+
+
+def report_dir(reports_dir: str, task: str, preset: str) -> str:
+    """The quick study's report is the task's; another preset's sits beside it, so none overwrites another."""
+    return os.path.join(reports_dir, task, *([] if preset == "quick" else [preset]))
 
 
 def final_validation(workdir: str) -> dict:
