@@ -14,7 +14,8 @@ from training import validate
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file[:presets]; default: the workdir's own, "
                                           f"{cli.WORKDIR_CONFIG}:<workdir>.")
-_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory holding checkpoints/.", required=True)
+# Required: checked by cli.run, in the lab's words, before the config (the workdir's own) is read.
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory holding checkpoints/ (required).")
 
 
 def main(argv):

@@ -237,8 +237,10 @@ def run(main, default_config: str) -> None:
         if (workdir := _flag_value(argv, "workdir")) is not None and not workdir.strip():
             fail("--workdir is empty; name the run's directory, e.g. --workdir=runs/x")
         default = default_config
-        if default == WORKDIR_CONFIG:
-            workdir = _flag_value(argv, "workdir")
+        if default == WORKDIR_CONFIG:  # the script reads a workdir (eval.py): nothing to do without one
+            if workdir is None and not any(arg in HELP_FLAGS for arg in argv):
+                fail("--workdir is missing; name the run to evaluate, e.g. --workdir=runs/x (the folder train.py "
+                     "wrote)")
             default = f"{WORKDIR_CONFIG}:{workdir}" if workdir else None
         return _flags_parser(default)(argv)
 

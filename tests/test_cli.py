@@ -177,6 +177,8 @@ def test_print_config_prints_the_resolved_config_and_what_the_overrides_changed(
     assert {"num_features", "window"} <= set(resolved["attention"]) and "cell" in resolved["model"]
     error = _one_error_line(run_script("train.py", "--config=configs/translation.py:tiny"))
     assert error.startswith("error: --workdir is missing"), error
+    error = _one_error_line(run_script("eval.py"))
+    assert error.startswith("error: --workdir is missing; name the run to evaluate"), error
 
 
 def test_a_finished_run_says_so_and_writes_nothing_unless_asked_to_evaluate_again(run_script, trained, tmp_path,
