@@ -364,7 +364,12 @@ the exemption: they have no decay parameters).
 (6), added after the d' = 16 runs (the published forms at or below the key-gated ones), before any run of it: the
 three published forms at d' = 16 without their output norm (attention.output_norm=False). If the norm is what holds
 them back, each recalls within 10 points of its key-gated twin trained here or borrowed (DeltaNet, GLA, Gated DeltaNet
-with its decays exempt); if not, they stay where they are."""
+with its decays exempt); if not, they stay where they are.
+(7), added after (6) (GLA unchanged without its norm), before any run of it: GLA at d' = 16 with its decays slowed at
+the start (gate_logit_normalizer 64: every channel starts at g = 0.989, where fla's 16 gives 0.958, and a key 45
+positions back keeps 0.61 of its weight instead of 0.15) and held at 1 (10^6: g within 1e-6 of 1, frozen: identity
+features without a normaliser and without decay). If the decays' start is what GLA lacks, both recall above elu + 1
+(38.93%); if its identity features without a normaliser are, both stay within 5 points of GLA as built (9.06%)."""
 _GATED_PUBLISHED_CONTRASTS = (
     grids.Contrast("(1) DeltaNet, beta from x, minus beta from the key, d' = 16 (near 0)",
                    {"deltanet_d16_N16": 1.0, "delta_d16_N16": -1.0}),
@@ -383,6 +388,10 @@ _GATED_PUBLISHED_CONTRASTS = (
                    {"gla_d16_nonorm_N16": 1.0, "gated_linear_d16_per_feature_exempt_N16": -1.0}),
     grids.Contrast("(6) Gated DeltaNet without the output norm minus the key-gated one, d' = 16",
                    {"gated_deltanet_d16_nonorm_N16": 1.0, "gated_delta_d16_exempt_N16": -1.0}),
+    grids.Contrast("(7) GLA with decays slowed at the start (normaliser 64) minus elu + 1, d' = 16 (positive: the start)",
+                   {"gla_d16_slowdecay_N16": 1.0, "linear_d16_N16": -1.0}),
+    grids.Contrast("(7) GLA with decays held at 1 minus GLA as built, d' = 16 (within 5: its features)",
+                   {"gla_d16_nodecay_N16": 1.0, "gla_d16_N16": -1.0}),
 )
 
 
@@ -407,6 +416,9 @@ def _gated_published_runs(widths: tuple[int, ...], exempt_arm: bool) -> tuple[li
     if exempt_arm:  # the key-gated forms at decay_bias 3, their decays out of weight decay (today's default), and (6)
         trained += [grids.Run(f"{kind}_d16_nonorm_N16", {**_run(kind, 16, 16).overrides, "attention.output_norm": False})
                     for kind in _PUBLISHED_GATED]
+        trained += [grids.Run(f"gla_d16_{name}_N16", {**_run("gla", 16, 16).overrides,
+                                                      "attention.gate_logit_normalizer": normalizer})
+                    for name, normalizer in (("slowdecay", 64.0), ("nodecay", 1e6))]  # (7)
         trained += [grids.Run(f"{run.name[:-len('_N16')]}_exempt_N16", run.overrides)
                     for width in widths for run in (_run("gated_delta", 16, width),
                                                     _run("gated_linear", 16, width, gate="per_feature"))]
@@ -437,7 +449,7 @@ def _study_gated_published_bidirectional() -> grids.Study:
     """The published gated forms in the encoder form (forward and backward scans), d' = 4 and 16, one head and four."""
     trained, borrowed = _gated_published_runs((4, 16), exempt_arm=False)
     contrasts = tuple(contrast for contrast in _GATED_PUBLISHED_CONTRASTS
-                      if "d' = 64" not in contrast.question and not contrast.question.startswith("(6)"))
+                      if "d' = 64" not in contrast.question and not contrast.question.startswith(("(6)", "(7)")))
     return grids.Study("configs/recall.py:quick,form=bidirectional", {}, borrowed + trained, seeds=3, pick=_STATE_PICK,
                        notes=_GATED_PUBLISHED_BIDIRECTIONAL_NOTES, contrasts=contrasts,
                        verdict=_GATED_PUBLISHED_BIDIRECTIONAL_VERDICT,
