@@ -23,7 +23,7 @@ the position). Every array of a cache or memory leads with the batch axis, so be
 by gathering along it.
 """
 from attention import (  # noqa: F401  (registration side effect)
-    delta_rule, dot_product, forced_forward, hard, hybrid, input_gated, kernelized_kinds, learned_scores, local,
+    dot_product, forced_forward, hard, hybrid, input_gated, kernelized_kinds, key_gated, learned_scores, local,
     low_rank, magnitude_aware)
 from attention.multi_head import MultiHeadAttention
 from attention.registry import (all_options, create, names, option_defaults, options, options_of, register,

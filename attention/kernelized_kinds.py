@@ -5,9 +5,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention import aux_losses, feature_maps, key_gates, masks, option_specs
+from attention import aux_losses, feature_maps, masks, option_specs
 from attention.ops import kernel_sums
-from attention.kernelized_base import ONE_PATH_IMPLEMENTATION, KernelizedAttention
+from attention.kernelized_base import KernelizedAttention
 from attention.registry import register
 from attention.score_base import dot_scores, masked_softmax
 
@@ -28,90 +28,6 @@ class LinearAttention(KernelizedAttention):
 
     def features(self, x):
         return feature_maps.elu_plus_one(x)
-
-
-@register("gated_linear")
-class GatedLinearAttention(KernelizedAttention):
-    """Linear attention (phi = elu + 1, as `linear`) with a data-dependent decay: with `gate="scalar"` one gate per
-    position and head, as RetNet's decay made data-dependent or Mamba2's: causally S_t = g_t S_{t-1} +
-    phi(k_t) v_t^T and z_t = g_t z_{t-1} + phi(k_t), o_t = phi(q_t)^T S_t / (phi(q_t)^T z_t + eps); with
-    `gate="per_feature"` one per key feature, as GLA's: S_t = diag(g_t) S_{t-1} + phi(k_t) v_t^T, z alike, so
-    feature f of every stored key decays by its own g_t[f].
-
-    g_t = sigmoid(k_t . w_h + b_h) in (0, 1), read from the key (attention/key_gates.py says why): w [H, d] and
-    b [H], or per feature w [H, m, d] and b [H, m] (GLA's own map is of low rank; this one is full). w = 0 and
-    b = `decay_bias` (3) start every gate at sigmoid(3) = 0.95, near `linear`'s no decay. A padded key adds no term and decays
-    nothing (its gate is 1), so padding is as if it were absent.
-
-    Bidirectionally (encoder roles, cross-attention) a forward and a backward scan are added, numerators and
-    normalisers alike: key s reaches query t decayed by the gates between them in either direction, and query
-    t sits at position t of the keys' axis (cross-attention too). Under a causal mask or a decay the weights
-    are not of rank <= m (the decay matrix is of full rank), though `feature_dim` is m: the feature map's.
-
-    The O(L) path is attention/ops/kernel_sums.py's gated sums, one lax.scan over chunks differentiated by XLA's
-    autodiff (no custom VJP, no Pallas kernels): `kernelized_implementation` takes "auto" or "autodiff", the same
-    path.
-    Per feature, each chunk forms its C x C x m decays. Decoding: a causal step decays S [B, H, m, Dv + 1] (its
-    rows, per feature) by its gate and adds its key, O(1) in the position;
-    cross-attention's memory holds the source's features, values and gates and a step forms its row of
-    weights, O(Lk) as softmax's cache (a decay around the query's position has no single summed state)."""
-
-    OWN_OPTIONS = (option_specs.Option(
-        "gate", "scalar", "`scalar`: one decay per position and head (RetNet, Mamba2); `per_feature`: one per key "
-        "feature (GLA), from a d x d map of the key per head", choices=("scalar", "per_feature")),
-        key_gates.DECAY_BIAS, ONE_PATH_IMPLEMENTATION)  # one path (see above)
-    feature_dim_bounds_rank = False  # the decay matrix lifts it (see above)
-
-    def __init__(self, *, num_heads: int, head_dim: int, rngs: nnx.Rngs, gate: str = "scalar",
-                 decay_bias: float = key_gates.DECAY_BIAS.default, **base_options):
-        super().__init__(**base_options)
-        self.feature_dim = head_dim
-        self.gate = gate
-        self.gate_weight, self.gate_bias = key_gates.parameters(
-            num_heads, head_dim, decay_bias, self.feature_dim if gate == "per_feature" else None)
-
-    def features(self, x):
-        return feature_maps.elu_plus_one(x)
-
-    def _keys(self, k, key_mask):
-        """(phi(k), log g [B, Lk, H] or per feature [B, Lk, H, m], in float32) with padded keys' phi 0 and log
-        gate 0."""
-        phi_k, log_gate = self.features(k), key_gates.log_gate(k, self.gate_weight, self.gate_bias, key_mask)
-        if key_mask is None:
-            return phi_k, log_gate
-        return phi_k * key_mask[:, :, None, None].astype(phi_k.dtype), log_gate
-
-    def weights(self, q, k, mask=None, *, causal=False):
-        phi_k, log_gate = self._keys(k, masks.key_padding(mask, k.shape[0], k.shape[1]))
-        scores = kernel_sums.decayed_scores(self.features(q), phi_k, log_gate, jnp.arange(q.shape[1]), causal)
-        return kernel_sums.normalised_weights(scores, self.eps)
-
-    def __call__(self, q, k, v, mask=None, *, causal=False):
-        phi_k, log_gate = self._keys(k, masks.key_padding(mask, k.shape[0], k.shape[1]))
-        return kernel_sums.gated_linear_attention(self.features(q), phi_k, v, log_gate, self.eps, self.chunk_size,
-                                                  causal)
-
-    def init_cache(self, batch: int, max_len: int, num_heads: int, key_dim: int, value_dim: int,
-                   dtype=jnp.float32):
-        """S [B, H, m, Dv + 1] in float32 (see KernelizedAttention.init_cache)."""
-        return {"state": jnp.zeros((batch, num_heads, self.feature_dim, value_dim + 1), jnp.float32)}
-
-    def decode_step(self, q, k, v, cache, index, max_len: int, key_valid):
-        phi_k, log_gate = self._keys(k, key_valid[:, None])
-        decay = jnp.exp(log_gate[:, 0])  # [B, H], or [B, H, m]: S's rows
-        decay = decay[..., None] if self.gate == "per_feature" else decay[..., None, None]
-        state = cache["state"] * decay + kernel_sums.key_state(phi_k, v)
-        out = kernel_sums.attend_state(self.features(q), state, self.eps).astype(q.dtype)
-        return out, {"state": state}
-
-    def init_memory(self, k, v, key_mask, max_len: int):
-        phi_k, log_gate = self._keys(k, key_mask)
-        return {"keys": phi_k, "values": v, "log_gate": log_gate}
-
-    def attend_memory(self, q, memory, key_mask, index, max_len: int):
-        scores = kernel_sums.decayed_scores(self.features(q), memory["keys"], memory["log_gate"],
-                                            jnp.atleast_1d(index), causal=False)
-        return kernel_sums.explicit_attention(scores, memory["values"], self.eps).astype(q.dtype), memory
 
 
 @register("relu")

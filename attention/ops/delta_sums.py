@@ -1,4 +1,4 @@
-"""The delta rule's sums, behind the `delta` and `gated_delta` kinds (attention/delta_rule.py).
+"""The delta rule's sums, behind the `delta` and `gated_delta` kinds (attention/key_gated.py).
 
 With the state S [m, Dv] (the transpose of the papers' Dv x m), key k_t (unit norm), value v_t, write strength
 beta_t and decay g_t (1 for `delta`):
