@@ -842,6 +842,35 @@ READINGS = [
                      *seed_accuracies(RECALL_STATE, "gated_delta_d16_N16"),
                      query_accuracy(GATED_PUBLISHED, "gated_linear_d16_per_feature_exempt_N16"),
                      query_accuracy(RECALL_STATE, "gated_linear_d16_per_feature_N16")), ".2f"),
+    # the gated kinds as the field builds them at d' = 4 and 64, and arms (7) and (8)
+    Reading(RESULTS, "(GLA {} ± {}%, DeltaNet {} ± {}%, Gated DeltaNet {} ± {}%; elu + 1 {}%, the key-gated DeltaNet {}%; "
+            "with four heads each averages below 16%), and DeltaNet against the key-gated one decides nothing there ({} "
+            "points, 95% CI {} to {})",
+            lambda: (*(value for kind in ("gla", "deltanet", "gated_deltanet")
+                       for value in query_accuracy_std(GATED_PUBLISHED, f"{kind}_d4_N16")),
+                     query_accuracy(GATED_PUBLISHED, "linear_d4_N16"), query_accuracy(GATED_PUBLISHED, "delta_d4_N16"),
+                     *recall_contrast("(1) the same at d' = 4", GATED_PUBLISHED)),
+            (".2f",) * 8 + ("+.1f", "+.1f", "+.1f")),
+    Reading(RESULTS, "At d' = 64 DeltaNet recalls in every seed ({} ± {}%), as the key-gated one ({}%), GLA in 2 of 3 "
+            "seeds ({}%, {}%, {}%) and Gated DeltaNet in 1 ({}%, {}%, {}%). Without weight decay on its decays, the "
+            "key-gated Gated DeltaNet at d' = 4 stays at chance ({}%, the state study's {}%)",
+            lambda: (*query_accuracy_std(GATED_PUBLISHED, "deltanet_d64_N16"),
+                     query_accuracy(GATED_PUBLISHED, "delta_d64_N16"),
+                     *seed_accuracies(GATED_PUBLISHED, "gla_d64_N16"),
+                     *seed_accuracies(GATED_PUBLISHED, "gated_deltanet_d64_N16"),
+                     query_accuracy(GATED_PUBLISHED, "gated_delta_d4_exempt_N16"),
+                     query_accuracy(RECALL_STATE, "gated_delta_d4_N16")),
+            (".2f", ".2f", ".2f", ".1f", ".1f", ".1f", ".1f", ".1f", ".1f", ".2f", ".2f")),
+    Reading(RESULTS, "slowed, it stays where it was in every seed ({} ± {}%), held at 1 it recalls in 2 of 3 seeds ({}%, "
+            "{}%, {}%)",
+            lambda: (*query_accuracy_std(GATED_PUBLISHED, "gla_d16_slowdecay_N16"),
+                     *seed_accuracies(GATED_PUBLISHED, "gla_d16_nodecay_N16")), (".2f", ".2f", ".1f", ".1f", ".1f")),
+    Reading(RESULTS, "DeltaNet then fell to {}% at d' = 4 ({}% with it)",
+            lambda: (query_accuracy(GATED_PUBLISHED, "deltanet_d4_nonorm_N16"),
+                     query_accuracy(GATED_PUBLISHED, "deltanet_d4_N16")), ".2f"),
+    Reading(RESULTS, "(DeltaNet at d' = 64: {} points against the key-gated DeltaNet, 95% CI {} to {})",
+            lambda: recall_contrast("(8) DeltaNet without the output norm minus the key-gated DeltaNet, d' = 64",
+                                    GATED_PUBLISHED), "+.1f"),
     # README's main result: the recall state study's setting, the controls of the rank-or-shape study
     Reading(README, "causal, L = {} tokens, N = {} key-value pairs to recall at once, {} seeds at the rate each run picked "
             "on validation",
@@ -922,6 +951,14 @@ CLAIMS = [  # (doc, words, whether the results bear them out)
      lambda: all(query_accuracy(GATED_PUBLISHED, f"{kind}_d16_N16") <= query_accuracy(RECALL_STATE, key_gated)
                  for kind, key_gated in (("deltanet", "delta_d16_N16"), ("gla", "gated_linear_d16_per_feature_N16")))
      and query_accuracy(GATED_PUBLISHED, "gated_deltanet_d16_N16") < 10),
+    (RESULTS, "with four heads each averages below 16%",
+     lambda: all(query_accuracy(GATED_PUBLISHED, f"{kind}_d4_h4_N16") < 16 for kind in ("gla", "deltanet", "gated_deltanet"))),
+    (RESULTS, "where GLA as built and slowed recall in none of six",
+     lambda: max(seed_accuracies(GATED_PUBLISHED, "gla_d16_N16") + seed_accuracies(GATED_PUBLISHED, "gla_d16_slowdecay_N16"))
+     < 20),
+    (RESULTS, "Gated DeltaNet in 2 of 3 at d' = 64 and none at d' = 4",
+     lambda: sum(value >= 90 for value in seed_accuracies(GATED_PUBLISHED, "gated_deltanet_d64_nonorm_N16")) == 2
+     and max(seed_accuracies(GATED_PUBLISHED, "gated_deltanet_d4_nonorm_N16")) < 50),
     (RESULTS, "DeltaNet recalls in 2 of 3 seeds",
      lambda: sum(value >= 90 for value in seed_accuracies(GATED_PUBLISHED, "deltanet_d16_N16")) == 2),
     (RESULTS, "recalls in 2 of 3 seeds (95.70%, 1.36%, 92.21%), where the state study's, with weight decay on them, "
