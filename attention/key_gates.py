@@ -32,7 +32,7 @@ def parameters(num_heads: int, head_dim: int, bias: float, features: int | None 
     delta rule's beta, `decay` False) ordinary Params."""
     per_head = (num_heads,) if features is None else (num_heads, features)
     kind = DecayParam if decay else nnx.Param
-    return kind(jnp.zeros(per_head + (head_dim,))), kind(jnp.full(per_head, float(bias)))
+    return kind(jnp.zeros(per_head + (head_dim,))), kind(jnp.full(per_head, bias, jnp.float32))
 
 
 def _logit(k, weight, bias):

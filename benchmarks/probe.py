@@ -71,7 +71,7 @@ SIZES = {
         linear_paths=("--columns=xla:16,pallas:16", "--modes=causal", "--batch=2", "--heads=2", "--head_dim=16",
                       "--lengths=32", "--repeats=1"),
         attention=("--kinds=softmax,linear", "--dtype=bfloat16", "--implementation=auto", "--masks=none", "--batch=2",
-                   "--heads=2", "--head_dim=16", "--lengths=32,64", "--repeats=1"),
+                   "--heads=2", "--head_dim=16", "--lengths=32", "--repeats=1"),
         train=("--configs=configs/mlm.py:tiny", "--overrides=compute_dtype=bfloat16", "--batches=fixed", "--rounds=1",
                "--steps_per_round=2"),
         study={"study": "mlm:tiny", "study_runs": "", "study_seeds": 1, "study_dtype": "", "study_jobs": 0}),

@@ -213,8 +213,9 @@ def _scan_steps(step, carry, length):
 
 
 def assert_every_parameter_trains(config, tmp_path) -> None:
-    """Two steps of the loop's train step on the translation `config` with finite loss and gradient norm, and an
-    update to every parameter (each kind's own included)."""
+    """Two steps of the loop's train step on the translation `config` with finite loss and gradient norm, an
+    update to every parameter (each kind's own included), and one compilation: the state the first step gives
+    back (strongly typed jax arrays) has the types init_state gave it."""
     data = translation.prepare_data(config, str(tmp_path))
     # Sign descent: a parameter moves exactly when its gradient is not zero, as under Adam without weight
     # decay (which would move every parameter), at half the compile time of the whole step's AdamW.
@@ -231,6 +232,7 @@ def assert_every_parameter_trains(config, tmp_path) -> None:
         changed = jax.tree.map(lambda moved, a, b: moved or not np.array_equal(a, b), changed, before,
                                jax.device_get(state["params"]))
     assert all(jax.tree.leaves(changed)), "every parameter (including kind-specific ones) gets updates"
+    assert train_step._cache_size() == 1, "the second step compiled again: a leaf of the state changed its type"
 
 
 class KindContract:

@@ -1,7 +1,7 @@
 """Many devices: a tiny run on 4 CPU devices (XLA_FLAGS=--xla_force_host_platform_device_count=4) follows
 the 1-device run of the same global batch, and so does one resumed under FSDP from the 1-device run's
-checkpoint; tokens_per_sec counts the tokens the batches hold. These runs happen in two subprocesses
-(one per device count), since the device count is fixed when JAX starts. And bfloat16 compute stays close
+checkpoint; tokens_per_sec counts the tokens the batches hold. The 1-device runs happen in this process, the
+4-device ones in a subprocess, since the device count is fixed when JAX starts. And bfloat16 compute stays close
 to float32 with float32 state."""
 import json
 import os
@@ -43,7 +43,7 @@ def _config(files, devices: int, overrides: dict):
     return config
 
 
-def _child(out: str, devices: int, files) -> None:
+def _train(out: str, devices: int, files) -> None:
     """Trains the runs of RUNS[devices] in `out`/<run>; writes the final state's parameters, and the
     dtypes and partition specs of its arrays, next to them."""
     import jax
@@ -62,8 +62,6 @@ def _child(out: str, devices: int, files) -> None:
             [placement.num_devices, list(getattr(placement, "spec", None) or [])]))
         return decode(model, source, max_len, ids=ids)
 
-    translation.greedy_decode = recording_decode
-
     def recording_save(self, step, state, metadata):
         if step == STEPS:
             leaves = tree_flatten_with_path(state)[0]
@@ -73,30 +71,31 @@ def _child(out: str, devices: int, files) -> None:
                                               for path, x in tree_flatten_with_path(state["params"])[0]})
         save(self, step, state, metadata)
 
-    Checkpoints.save = recording_save
-    for run, overrides in RUNS[devices].items():
-        workdir = os.path.join(out, run)
-        if run == "resumed":  # the 1-device run, cut back to its step-5 checkpoint (not finished: no eval.json)
-            shutil.copytree(os.path.join(out, "reference"), workdir)
-            shutil.rmtree(os.path.join(workdir, "checkpoints", str(STEPS)))
-            os.remove(os.path.join(workdir, "eval.json"))
-        final["params_path"] = os.path.join(out, f"{run}_params.npz")
-        loop.train_and_evaluate(_config(files, devices, overrides), workdir)
-        with open(os.path.join(out, f"{run}_state.json"), "w") as f:
-            json.dump({"dtypes": final["dtypes"], "specs": final["specs"], "decoded_on": final["decoded_on"]}, f)
-        final["decoded_on"] = []
+    with pytest.MonkeyPatch.context() as patch:  # undone after: the 1-device runs share the test's process
+        patch.setattr(translation, "greedy_decode", recording_decode)
+        patch.setattr(Checkpoints, "save", recording_save)
+        for run, overrides in RUNS[devices].items():
+            workdir = os.path.join(out, run)
+            if run == "resumed":  # the 1-device run cut back to its step-5 checkpoint (not finished: no eval.json)
+                shutil.copytree(os.path.join(out, "reference"), workdir)
+                shutil.rmtree(os.path.join(workdir, "checkpoints", str(STEPS)))
+                os.remove(os.path.join(workdir, "eval.json"))
+            final["params_path"] = os.path.join(out, f"{run}_params.npz")
+            loop.train_and_evaluate(_config(files, devices, overrides), workdir)
+            with open(os.path.join(out, f"{run}_state.json"), "w") as f:
+                json.dump({"dtypes": final["dtypes"], "specs": final["specs"], "decoded_on": final["decoded_on"]}, f)
+            final["decoded_on"] = []
 
 
 @pytest.fixture(scope="module")
 def runs(data_files, tmp_path_factory):
     out = str(tmp_path_factory.mktemp("sharding"))
-    for devices in RUNS:  # 1 first: the resumed 4-device run starts from its checkpoint
-        env = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu",  # CPU devices even beside a GPU
-               "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} "
-                            f"--xla_force_host_platform_device_count={devices}"}
-        child = subprocess.run([sys.executable, __file__, out, str(devices), *data_files], cwd=ROOT, env=env,
-                               capture_output=True, text=True, timeout=600)
-        assert child.returncode == 0, child.stdout + child.stderr
+    _train(out, 1, data_files)  # first: the resumed 4-device run starts from its checkpoint
+    env = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu",  # CPU devices even beside a GPU
+           "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=4"}
+    child = subprocess.run([sys.executable, __file__, out, "4", *data_files], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert child.returncode == 0, child.stdout + child.stderr
 
     def load(run):
         with open(os.path.join(out, run, "metrics.jsonl")) as f:
@@ -264,4 +263,4 @@ def test_bad_device_fields_fail_before_compilation(tiny_config, tmp_path, field,
 
 
 if __name__ == "__main__":
-    _child(sys.argv[1], int(sys.argv[2]), sys.argv[3:5])
+    _train(sys.argv[1], int(sys.argv[2]), sys.argv[3:5])

@@ -69,7 +69,16 @@ def model_metric_totals(model, metric_sums, arrays, batch_size: int) -> dict:
     """metric_totals of `model` itself, in evaluation mode."""
     model.eval()
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-    return metric_totals(make_eval_step(graphdef, metric_sums), params, rest, arrays, batch_size)
+    # Placed on a mesh, the step is the training loop's eval step, out_shardings included: the same program, which
+    # the compilation cache then serves.
+    mesh = sharding.mesh_of(params)
+    shardings = {"params": _shardings(params, mesh), "rest": _shardings(rest, mesh)} if mesh else None
+    return metric_totals(make_eval_step(graphdef, metric_sums, shardings=shardings), params, rest, arrays, batch_size)
+
+
+def _shardings(tree, mesh):
+    """Each array's own sharding; replicated on `mesh` for a host (numpy) array."""
+    return jax.tree.map(lambda x: x.sharding if isinstance(x, jax.Array) else sharding.replicated(mesh), tree)
 
 
 def rank_sample(num_rows: int, num_examples: int) -> np.ndarray:

@@ -54,6 +54,9 @@ def create_optimizer(config, peak: float | None = None) -> optax.GradientTransfo
 
 def init_state(model: nnx.Module, optimizer: optax.GradientTransformation):
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    # Strongly typed jax arrays, as a step gives them back: a jitted step that meets a numpy leaf (the sinusoidal
+    # table) or a weakly typed one (a bias from jnp.full) at its first call compiles again at its second.
+    params, rest = jax.tree.map(lambda x: jnp.asarray(x, x.dtype), (params, rest))
     state = {"step": jnp.zeros((), jnp.int32), "params": params, "rest": rest,
              "opt_state": optimizer.init(params)}
     return graphdef, state
