@@ -13,6 +13,7 @@ own, as a new process does; JAX reads its environment at import, so a command ru
   runner.close()
 """
 import atexit
+import gc
 import importlib
 import json
 import os
@@ -110,6 +111,12 @@ def _serve() -> None:
     sys.path[0] = ROOT  # the folder of train.py and eval.py, as `python ROOT/train.py` puts it first
     for name in PRELOADED:
         importlib.import_module(name)
+    # The modules' objects out of the children's cyclic collections, each of which would walk the inherited
+    # heap (and copy it, page by page, from the server's); as in tests/conftest.py, the first generation is
+    # collected at 20,000 new objects.
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 50, 1_000)
     print("ready", flush=True)
     for line in sys.stdin:
         request = json.loads(line)
