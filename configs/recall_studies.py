@@ -402,8 +402,8 @@ _GATED_PUBLISHED_CONTRASTS = (
 )
 
 
-_GATED_PUBLISHED_VERDICT = """Written with every run in but the four-head ones at d' = 64; the key-gated forms' exemption at
-d' = 64 came in after it, read in (5), and the four-head runs at d' = 64 last, read at the end. (1) not decided at either width: DeltaNet with beta from x recalled in 2 of 3 seeds at d' = 16, the
+_GATED_PUBLISHED_VERDICT = """Written before two sets of runs at d' = 64 came in, each read once it was in: the key-gated
+forms' exemption (in (5)) and the four-head runs (at the end). (1) not decided at either width: DeltaNet with beta from x recalled in 2 of 3 seeds at d' = 16, the
 key-gated one in 3; at d' = 4 both stay far below softmax (15.08% and 28.00%). (2) and (3) were wrong at d' = 16:
 Gated DeltaNet and GLA as built stayed below elu + 1; at d' = 64 GLA recalled in 2 of 3 seeds (7.6%, 81.6%, 89.3%), so
 (3) there is not decided. (4) held for Gated DeltaNet at d' = 16 (four heads within noise of one); DeltaNet's is not
