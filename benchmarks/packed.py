@@ -13,44 +13,44 @@ from benchmarks import roofline
 from benchmarks.common import counted_flops, machine, write_reports
 from benchmarks.train import load_config, parse_overrides
 from data.prefetch import prefetch
-from training import steps
+from training import packed, steps
 
 BATCH_SOURCES = ("fixed", "prefetch")
 
 
 class _Trainer:
     """R runs of one config (seeds 0 .. R-1) as one program: R = 1 is the single run's jitted step as the loop
-    compiles it, R > 1 the packed step, the runs' states and batches stacked."""
+    compiles it, R > 1 training/packed.py's packed step, the runs' states and batches stacked. Batches are put on
+    the device as they are made, as the training loops make them."""
 
     def __init__(self, config, data, count: int):
         task = tasks.get(config.task)
-        self.count, self.batch_size = count, config.per_device_batch_size
+        self.batch_size = config.per_device_batch_size
         configs = [config.copy_and_resolve_references() for _ in range(count)]
         for seed, member in enumerate(configs):
             member.seed = seed
-        self.make_batch = lambda step: self._stacked([task.train_batch(member, data, self.batch_size, step)
-                                                      for member in configs], np.stack)
         states = []
         for member in configs:
             graphdef, state = steps.init_state(task.create_model(member, data), steps.create_optimizer(member, 1.0))
             states.append(state)
-        step = steps.train_step_fn(graphdef, steps.create_optimizer(config, 1.0), task.metric_sums,
-                                   config.compute_dtype)
         keys = jnp.stack([jax.random.key(seed) for seed in range(count)])
         rates = jnp.full((count,), config.learning_rate, jnp.float32)
         if count == 1:
+            self.make_batch = lambda step: jax.device_put(task.train_batch(config, data, self.batch_size, step))
             self.state = states[0]
+            step = steps.train_step_fn(graphdef, steps.create_optimizer(config, 1.0), task.metric_sums,
+                                       config.compute_dtype)
             jitted = jax.jit(lambda state, batch: step(state, batch, keys[0], rates[0]), donate_argnums=0)
         else:
-            self.state = self._stacked(states, jnp.stack)
-            jitted = jax.jit(lambda state, batch: jax.vmap(step)(state, batch, keys, rates), donate_argnums=0)
+            self.make_batch = lambda step: packed.stacked([task.train_batch(member, data, self.batch_size, step)
+                                                           for member in configs])
+            self.state = packed.stacked(states)
+            packed_step = packed.packed_train_step(graphdef, config, task.metric_sums)
+            jitted = jax.jit(lambda state, batch: packed_step(state, batch, keys, rates), donate_argnums=0)
         self.batches = [self.make_batch(step_index) for step_index in range(4)]
         self.tokens = float(np.mean([task.input_tokens(batch) for batch in self.batches]))
         self.flops = counted_flops(jitted.lower(self.state, self.batches[0]).compile())
         self.step, self.next_step = jitted, 0
-
-    def _stacked(self, trees, stack):
-        return trees[0] if self.count == 1 else jax.tree.map(lambda *leaves: stack(leaves), *trees)
 
     def run(self, num_steps: int, source: str) -> float:
         """Seconds per step over `num_steps` steps with batches from `source` (one host sync at the end)."""

@@ -4,6 +4,7 @@ budgets, dtype, implementation and masked modes; bench_train's config overrides.
 present, positive, or skipped for the stated reason."""
 import json
 import pathlib
+import subprocess
 
 import jax
 import pytest
@@ -265,3 +266,84 @@ def test_docs_device_stream_numbers_are_the_committed_benchmark():
     for config, name in (("configs/mlm.py", "default"), ("configs/mlm.py:standard", "standard")):
         device, prefetch = ms[config, "device"], ms[config, "prefetch"]
         assert f"{device / prefetch:.2f}x" in docs and f"{device:.1f} against {prefetch:.1f} ms" in docs, name
+
+
+_RUN = subprocess.run
+
+
+def _fake_study(command, **kwargs):
+    """scripts.compare as bench_packed_study calls it, its training replaced by the files a study leaves: a
+    pick's candidate and two seeds, one train.log a seed (--pack=off) or a run (--pack=on)."""
+    if "scripts.compare" not in command:
+        return _RUN(command, **kwargs)
+    root = next(arg.partition("=")[2] for arg in command if arg.startswith("--runs_dir="))
+    packed = "--pack=on" in command
+    for index, path in enumerate(["recall/quick/softmax/pick/lr0.01", "recall/quick/softmax/seed0",
+                                  "recall/quick/softmax/seed1"]):
+        workdir = pathlib.Path(root, path)
+        workdir.mkdir(parents=True)
+        accuracy = 0.5 + index / 10 + (1e-6 if packed else 0)
+        (workdir / "eval.json").write_text(json.dumps({"metrics": {"query_accuracy": accuracy}}))
+        if not packed or path.endswith(("pick/lr0.01", "seed0")):
+            (workdir / "train.log").write_text("")
+
+
+def test_bench_packed_study_times_each_sitting_and_holds_its_runs_to_the_first(tmp_path, monkeypatch):
+    from benchmarks import packed_study
+    from scripts import bench_packed_study
+    monkeypatch.setattr(packed_study.subprocess, "run", _fake_study)
+    study = ["--task=recall", "--only=softmax"]
+    result = bench_packed_study.main([*study, f"--root={tmp_path / 'runs'}", f"--out={tmp_path}", "--seeds=2"])
+    sittings = result["sittings"]
+    assert [sitting["pack"] for sitting in sittings] == ["off", "on", "on", "off"]
+    assert all(len(sitting["workdirs"]) == 3 for sitting in sittings)
+    assert [sitting["processes"] for sitting in sittings] == [3, 2, 2, 3]
+    assert [sitting["largest_differences"]["query_accuracy"] for sitting in sittings] == pytest.approx(
+        [0, 1e-6, 1e-6, 0], abs=1e-9)
+    unpacked = (sittings[0]["wall_s"] + sittings[3]["wall_s"]) / 2
+    lines = (tmp_path / "packed_study.md").read_text().splitlines()
+    assert lines[2].startswith("| 0 | off | 3 | 3 |") and lines[3].startswith("| 1 | on | 3 | 2 |")
+    assert f" {unpacked / sittings[1]['wall_s']:.2f} | query_accuracy 1e-06 |" in lines[3]
+    packed = (sittings[1]["wall_s"] + sittings[2]["wall_s"]) / 2
+    assert f"packed is {unpacked / packed:.2f}x as fast" in lines[-1]
+    for order, message in (("off,twice", "--order: twice not one of off, on"), ("on,off", "begin with off")):
+        with pytest.raises(SystemExit, match=message):
+            bench_packed_study.main([*study, f"--root={tmp_path / 'runs'}", f"--out={tmp_path}", f"--order={order}"])
+
+
+def test_docs_packed_study_numbers_are_the_committed_benchmark():
+    """docs/benchmarks.md's reading of the packed study, recomputed from reports/bench/packed_study.json."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    docs = " ".join((root / "docs" / "benchmarks.md").read_text().split())
+    result = json.loads((root / "reports/bench/packed_study.json").read_text())
+    from benchmarks.packed_study import mean_wall_s
+    unpacked, packed = mean_wall_s(result, "off"), mean_wall_s(result, "on")
+    processes = {sitting["pack"]: sitting["processes"] for sitting in result["sittings"]}
+    assert (f"took {packed / unpacked:.2f}x the time: {packed / 60:.1f} against {unpacked / 60:.1f} minutes, "
+            f"{unpacked / packed:.2f}x the trainings per hour**, in {processes['on']} processes instead of "
+            f"{processes['off']}") in docs
+    first = {}  # each mode's first sitting: its reruns give the same numbers
+    for sitting in result["sittings"]:
+        assert sitting["workdirs"] == first.setdefault(sitting["pack"], sitting)["workdirs"]
+    gaps = [sitting["largest_differences"] for sitting in result["sittings"]]
+    largest = {metric: max(gap[metric] for gap in gaps) for metric in gaps[0]}
+    assert (f"within {largest['query_accuracy']:.2g} of query accuracy and {largest['loss']:.2g} of loss" in docs
+            and "the same numbers to the last digit" in docs)
+
+
+def test_docs_packed_step_numbers_are_the_committed_benchmark():
+    """docs/benchmarks.md's reading of the packed step: its range of gains and of matmul shares, from
+    reports/bench/packed.json."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    docs = " ".join((root / "docs" / "benchmarks.md").read_text().split())
+    rows = json.loads((root / "reports/bench/packed.json").read_text())["rows"]
+    single = {(row["config"], row["batches"]): row["trainings_per_hour"] for row in rows if row["runs"] == 1}
+    gains = [row["trainings_per_hour"] / single[row["config"], row["batches"]] for row in rows if row["runs"] > 1]
+    shares = {runs: [round(100 * row["fraction_of_matmul"]) for row in rows if (row["runs"] > 1) == runs]
+              for runs in (False, True)}
+    assert f"gains little: {min(gains):.2f}x to {max(gains):.2f}x of one run's trainings per hour" in docs
+    recall = [row for row in rows if row["config"] == "configs/recall.py:quick" and row["batches"] == "prefetch"]
+    gain = recall[1]["trainings_per_hour"] / recall[0]["trainings_per_hour"]
+    assert f"{gain:.2f}x for recall's step with its batches prefetched" in docs
+    assert (f"at {min(shares[False])}-{max(shares[False])}% of the thread's matmul rate and the packed step at "
+            f"{min(shares[True])}-{max(shares[True])}%") in docs

@@ -74,7 +74,8 @@ def check_packable(configs: list) -> None:
                           f"one by one; train runs that stop early apart")
 
 
-def _stacked(trees):
+def stacked(trees):
+    """Trees of one structure, each leaf stacked along a new leading axis: the runs' axis."""
     return jax.tree.map(lambda *leaves: jnp.stack(leaves), *trees)
 
 
@@ -136,11 +137,17 @@ def _steps(pack: _Pack):
     """The vmapped, jitted train step ((state, batch, dropout_keys, rates) -> (state, metrics)), state donated,
     and eval step ((params, rest, batch) -> sums, the batch shared)."""
     config, first = pack.runs[0].config, pack.runs[0]
-    loss_fn = functools.partial(first.task.metric_sums, label_smoothing=config.label_smoothing)
-    train_step = train_step_fn(first.graphdef, create_optimizer(config, peak=1.0), loss_fn, config.compute_dtype)
     eval_step = eval_step_fn(first.graphdef, first.task.metric_sums, config.compute_dtype)
-    return (jax.jit(jax.vmap(train_step), donate_argnums=0),
+    return (packed_train_step(first.graphdef, config, first.task.metric_sums),
             jax.jit(jax.vmap(eval_step, in_axes=(0, 0, None))))
+
+
+def packed_train_step(graphdef, config, metric_sums):
+    """The jitted train step of runs stacked along a leading axis, their state donated: (states, batches,
+    dropout_keys, rates) -> (states, metrics), each run's update scaled by its rate under an optimizer of peak 1."""
+    loss_fn = functools.partial(metric_sums, label_smoothing=config.label_smoothing)
+    train_step = train_step_fn(graphdef, create_optimizer(config, peak=1.0), loss_fn, config.compute_dtype)
+    return jax.jit(jax.vmap(train_step), donate_argnums=0)
 
 
 def _batches(pack: _Pack, steps: range):
@@ -148,7 +155,7 @@ def _batches(pack: _Pack, steps: range):
     batch_size = sharding.global_batch_size(pack.runs[0].config.per_device_batch_size)
 
     def at(step):
-        return jax.device_put(_stacked([run.task.train_batch(run.config, run.data, batch_size, step)
+        return jax.device_put(stacked([run.task.train_batch(run.config, run.data, batch_size, step)
                                         for run in pack.runs]))
 
     return prefetch(at, steps)
@@ -160,7 +167,7 @@ def _train_steps(pack: _Pack, starts: list):
     first = pack.runs[0]
     config, total = first.config, first.config.num_train_steps
     train_step, eval_step = _steps(pack)
-    state = _stacked([start.state for start in starts])
+    state = stacked([start.state for start in starts])
     keys = jnp.stack([jax.random.fold_in(jax.random.key(run.config.seed), 1) for run in pack.runs])
     rates = jnp.asarray([run.config.learning_rate for run in pack.runs], jnp.float32)
     start_step, started = starts[0].step, time.time()
@@ -194,12 +201,12 @@ def _train_steps(pack: _Pack, starts: list):
     return state, done, [elapsed(index) for index in range(len(pack.runs))]
 
 
-def _log(pack: _Pack, windows, stacked: list[dict], progress: loop.Progress, done: int, elapsed) -> None:
+def _log(pack: _Pack, windows, window_metrics: list[dict], progress: loop.Progress, done: int, elapsed) -> None:
     """Each live run's train metrics of the window ending at `done`, as its own loop would log them, at the
     pack's pace; a run whose window holds a non-finite step under nonfinite="stop" stops here, alone."""
     pace = progress.update(done)
     for index, run in enumerate(pack.runs):
-        windows[index].steps += [{key: value[index] for key, value in metrics_.items()} for metrics_ in stacked]
+        windows[index].steps += [{key: value[index] for key, value in metrics_.items()} for metrics_ in window_metrics]
         window = windows[index].take()
         if not pack.live[index]:
             continue
