@@ -70,8 +70,8 @@ def mean_wall_s(result: dict, mode: str) -> float | None:
 
 def table(result: dict) -> str:
     unpacked = mean_wall_s(result, "off")
-    lines = ["| sitting | --pack | trainings | processes | wall time | trainings/hour | x unpacked | largest test-metric "
-             "gap to sitting 0 |", "|---:|---|---:|---:|---:|---:|---:|---|"]
+    lines = ["| sitting | --pack | trainings | processes | wall time | trainings/hour | x unpacked | "
+             "largest test-metric gap to sitting 0 |", "|---:|---|---:|---:|---:|---:|---:|---|"]
     for index, sitting in enumerate(result["sittings"]):
         count, wall_s = len(sitting["workdirs"]), sitting["wall_s"]
         ratio = "-" if unpacked is None else f"{unpacked / wall_s:.2f}"
