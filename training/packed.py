@@ -156,7 +156,7 @@ def _batches(pack: _Pack, steps: range):
 
     def at(step):
         return jax.device_put(stacked([run.task.train_batch(run.config, run.data, batch_size, step)
-                                        for run in pack.runs]))
+                                       for run in pack.runs]))
 
     return prefetch(at, steps)
 
@@ -206,7 +206,7 @@ def _log(pack: _Pack, windows, window_metrics: list[dict], progress: loop.Progre
     pack's pace; a run whose window holds a non-finite step under nonfinite="stop" stops here, alone."""
     pace = progress.update(done)
     for index, run in enumerate(pack.runs):
-        windows[index].steps += [{key: value[index] for key, value in metrics_.items()} for metrics_ in window_metrics]
+        windows[index].steps += [{key: value[index] for key, value in step.items()} for step in window_metrics]
         window = windows[index].take()
         if not pack.live[index]:
             continue
